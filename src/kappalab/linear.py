@@ -1,0 +1,128 @@
+"""The linear feature extractor of Sec. 3-4: Hessian, theta-gradients (Thm 4.2) and the preconditioned step.
+
+Notation: data ``X`` (``N x D_in``), covariance ``K = X^T X`` (``D_in x D_in``, symmetric PSD), feature extractor
+``theta`` (``D_in x D_hid``; the paper takes ``D_hid = D_in``), linear-probing Hessian
+``H(theta) = theta^T K theta`` (the exact Hessian of ``||X theta w - y||^2`` is ``2 H``; the factor does not
+change kappa).
+
+Thm 4.2: with ``s_1 v_1`` the top eigenpair and ``s_k v_k`` the smallest nonzero eigenpair of H,
+
+* ``grad_theta R_well(H(theta)) = 2 K theta (s_1 v_1 v_1^T - H / D)`` with ``D = D_hid`` (= D_in in the paper),
+* ``grad_theta R_ill(H(theta)) = 2 K theta (s_k v_k v_k^T - H / k) / (||H||_F^2/(2k) - s_k^2/2)^2``, k = rank(H).
+
+Both follow from the chain rule ``d f(theta^T K theta) = 2 K theta grad f(H)`` for symmetric ``grad f``. Because
+``rank(H(theta)) = rank(K)`` for every invertible theta, the rank is locally constant in theta and the R_ill
+gradient is a true gradient there even when K is singular.
+"""
+
+from __future__ import annotations
+
+from ._backend import Array, eps, eye_like, is_torch, to_scalar
+from .regularizers import grad_r_ill_from_extremes, grad_r_well_from_extremes
+from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique
+from .validation import matrix, positive_scalar, same_kind, symmetric
+
+
+def _theta_and_K(theta: object, K: object, check: bool) -> tuple[Array, Array]:
+    theta = matrix(theta, "theta", check=check)
+    K = matrix(K, "K", square=True, check=check)
+    same_kind(theta, K)
+    if K.shape[0] != theta.shape[0]:
+        raise ValueError(f"K must be D_in x D_in with D_in = theta.shape[0] = {theta.shape[0]}, got K of shape "
+                         f"{tuple(K.shape)}")
+    if check:
+        symmetric(K, "K")
+    return theta, K
+
+
+def hessian(theta: object, K: object, *, check: bool = True) -> Array:
+    """``H(theta) = theta^T K theta``, symmetrized as ``(H + H^T) / 2`` so rounding cannot make it asymmetric."""
+    return _symmetric_hessian(*_theta_and_K(theta, K, check))
+
+
+def _symmetric_hessian(theta: Array, K: Array) -> Array:
+    H = theta.T @ (K @ theta)
+    return 0.5 * (H + H.T)
+
+
+def hessian_extremes(theta: object, K: object, *, rtol: float | None = None, solver: str = "auto",
+                     check: bool = True) -> tuple[Array, Array, Array, Extremes]:
+    """``(theta, K, H, extremes of H)``: the shared first half of both theta-gradients."""
+    theta, K = _theta_and_K(theta, K, check)
+    H = _symmetric_hessian(theta, K)
+    return theta, K, H, psd_extremes(H, rtol=rtol, solver=solver, check=check, name="H(theta)")
+
+
+def grad_theta_r_well(theta: object, K: object, *, rtol: float | None = None, solver: str = "auto",
+                      on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None,
+                      check: bool = True) -> Array:
+    """Thm 4.2(1): ``2 K theta (s_1 v_1 v_1^T - H/D)`` (requires a unique top eigenvalue of H)."""
+    theta, K, H, e = hessian_extremes(theta, K, rtol=rtol, solver=solver, check=check)
+    require_unique(e, "max", on_degenerate, gap_rtol, "H(theta)")
+    return 2.0 * (K @ (theta @ grad_r_well_from_extremes(e, H)))
+
+
+def grad_theta_r_ill(theta: object, K: object, *, rtol: float | None = None, solver: str = "auto",
+                     on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None,
+                     check: bool = True) -> Array:
+    """Thm 4.2(2): ``2 K theta (s_k v_k v_k^T - H/k) / d^2`` (requires a unique smallest nonzero eigenvalue)."""
+    theta, K, H, e = hessian_extremes(theta, K, rtol=rtol, solver=solver, check=check)
+    require_unique(e, "min", on_degenerate, gap_rtol, "H(theta)")
+    return 2.0 * (K @ (theta @ grad_r_ill_from_extremes(e, H, check=check, name="H(theta)")))
+
+
+def preconditioned_step(theta: object, K: object, grad: object, eta: float, ridge: float = 0.0, *,
+                        check: bool = True) -> Array:
+    """Alg. 1's update ``theta - eta (K + ridge I)^{-1} grad`` by a Cholesky solve (never an explicit inverse).
+
+    Singular K: with ``ridge = 0`` the Cholesky factor ``L`` of K must exist and have
+    ``(min_i L_ii / max_i L_ii)^2 > D * eps`` (a cheap lower-bound proxy for ``1/kappa(K)``); otherwise K is
+    singular to working precision and a ``ValueError`` asks for ``ridge > 0``. With ``ridge > 0``,
+    ``K + ridge I`` must be positive definite.
+    """
+    theta, K = _theta_and_K(theta, K, check)
+    grad = matrix(grad, "grad", check=check)
+    same_kind(theta, grad)
+    if grad.shape != theta.shape:
+        raise ValueError(f"grad must have theta's shape {tuple(theta.shape)}, got {tuple(grad.shape)}")
+    eta = positive_scalar(eta, "eta")
+    ridge = positive_scalar(ridge, "ridge", allow_zero=True)
+    A = K + ridge * eye_like(K, K.shape[0]) if ridge > 0 else K
+    L = _cholesky(A, ridge, check)
+    if check and ridge == 0:
+        diag = L.diagonal()
+        ratio = to_scalar((diag.min() / diag.max()) ** 2)
+        if ratio <= K.shape[0] * eps(K):
+            raise ValueError(
+                f"K is singular to working precision (Cholesky pivot ratio^2 = {ratio:.3e} <= D * eps = "
+                f"{K.shape[0] * eps(K):.3e}); K^-1 does not exist: pass ridge > 0 to use (K + ridge I)^-1"
+            )
+    return theta - eta * _cho_solve(L, grad)
+
+
+def _cholesky(A: Array, ridge: float, check: bool) -> Array:
+    what = "K + ridge * I" if ridge > 0 else "K"
+    hint = "" if ridge > 0 else " (K is singular or indefinite: pass ridge > 0)"
+    if is_torch(A):
+        import torch
+
+        L, info = torch.linalg.cholesky_ex(A)
+        if check and int(info) != 0:
+            raise ValueError(f"{what} is not positive definite (Cholesky failed at pivot {int(info)}){hint}")
+        return L
+    import numpy as np
+
+    try:
+        return np.linalg.cholesky(A)
+    except np.linalg.LinAlgError as exc:
+        raise ValueError(f"{what} is not positive definite (Cholesky failed: {exc}){hint}") from None
+
+
+def _cho_solve(L: Array, B: Array) -> Array:
+    if is_torch(L):
+        import torch
+
+        return torch.cholesky_solve(B, L)
+    from scipy.linalg import cho_solve
+
+    return cho_solve((L, True), B, check_finite=False)

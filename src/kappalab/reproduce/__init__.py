@@ -1,0 +1,1 @@
+"""Table and figure reproductions: one module per table, each with ``main(argv) -> int``."""

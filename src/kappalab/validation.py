@@ -1,0 +1,79 @@
+"""Input checks shared by every public function. Each error names the argument and the problem."""
+
+from __future__ import annotations
+
+from ._backend import Array, as_float, eps, is_torch, namespace, to_scalar
+
+
+def matrix(x: object, name: str, *, square: bool = False, check: bool = True) -> Array:
+    """Return ``x`` as a real floating 2-D array, checking shape and finiteness.
+
+    ``check=False`` skips the finiteness scan (a device-to-host sync on CUDA) for hot loops whose inputs
+    were already validated; shape checks are free and always run.
+    """
+    a = as_float(x, name)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix, got an array with ndim={a.ndim} and shape {tuple(a.shape)}")
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        raise ValueError(f"{name} must be non-empty, got shape {tuple(a.shape)}")
+    if square and a.shape[0] != a.shape[1]:
+        raise ValueError(f"{name} must be square, got shape {tuple(a.shape)}")
+    if check:
+        finite(a, name)
+    return a
+
+
+def finite(a: Array, name: str) -> None:
+    """Raise if ``a`` holds NaN or Inf, saying how many."""
+    xp = namespace(a)
+    bad = ~xp.isfinite(a)
+    if bool(bad.any()):
+        n_nan = int(xp.isnan(a).sum())
+        n_inf = int(bad.sum()) - n_nan
+        raise ValueError(f"{name} contains non-finite entries ({n_nan} NaN, {n_inf} Inf)")
+
+
+def symmetric_tolerance(a: Array) -> float:
+    """Relative tolerance for symmetry: ``n * eps(dtype)`` times ``max |a_ij|``.
+
+    A matrix formed as ``X^T X`` in floating point is symmetric up to about ``N * eps * ||X||^2``; the check
+    is meant to catch a wrong argument (a non-symmetric matrix passed as K), not rounding, so it uses
+    ``100 * n * eps`` relative to the largest entry.
+    """
+    return 100.0 * a.shape[0] * eps(a)
+
+
+def symmetric(a: Array, name: str) -> None:
+    """Raise if the square matrix ``a`` is not symmetric within :func:`symmetric_tolerance`."""
+    xp = namespace(a)
+    scale = to_scalar(xp.abs(a).max())
+    asym = to_scalar(xp.abs(a - a.T).max())
+    tol = symmetric_tolerance(a) * scale
+    if asym > tol:
+        raise ValueError(
+            f"{name} must be symmetric: max |{name} - {name}^T| = {asym:.3e} exceeds the tolerance {tol:.3e} "
+            f"(100 * n * eps * max|{name}_ij|)"
+        )
+
+
+def same_kind(*arrays: Array) -> None:
+    """Raise if the arrays mix NumPy and torch, or torch tensors on different devices or dtypes."""
+    namespace(*arrays)
+    tensors = [a for a in arrays if is_torch(a)]
+    if tensors:
+        devices = {str(t.device) for t in tensors}
+        if len(devices) > 1:
+            raise ValueError(f"tensors are on different devices: {sorted(devices)}")
+    dtypes = {str(a.dtype) for a in arrays}
+    if len(dtypes) > 1:
+        raise TypeError(f"inputs have different dtypes {sorted(dtypes)}; convert them to one dtype first")
+
+
+def positive_scalar(value: float, name: str, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a float, raising if it is not finite and positive (or zero where allowed)."""
+    v = float(value)
+    if not (v == v) or v in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if v < 0 or (v == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
+    return v

@@ -110,6 +110,8 @@ class RunStore:
         with open(self.path, "r+b" if self.path.exists() else "wb") as handle:
             handle.seek(0, os.SEEK_END)
             if torn:
+                warnings.warn(f"{self.path}: cutting a torn last line of {torn} bytes before appending",
+                              UserWarning, stacklevel=2)
                 handle.truncate(handle.tell() - torn)
                 handle.seek(0, os.SEEK_END)
             handle.write(line.encode("utf-8"))

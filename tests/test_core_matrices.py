@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from hypothesis import given, note
+from hypothesis import event, given, note
 from hypothesis import strategies as st
 
 EPS = float(np.finfo(np.float64).eps)
@@ -97,6 +97,8 @@ def spectral_cases(draw: st.DrawFn, *, psd: bool = False, max_dim: int = 6, min_
 @given(case=spectral_cases())
 def test_from_spectrum_has_requested_singular_values_and_rank(case: SpectralCase) -> None:
     note(repr(case))
+    event("full rank" if case.rank == case.p else "rank-deficient")
+    event("square" if case.S.shape[0] == case.S.shape[1] else "rectangular")
     s = np.linalg.svd(case.S, compute_uv=False)
     expected = np.concatenate([case.spectrum, np.zeros(case.p - case.rank)])
     # backward-stable SVD: each singular value is perturbed by at most ~ c * max(m, n) * eps * s_max

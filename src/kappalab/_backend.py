@@ -61,7 +61,9 @@ def as_float(x: object, name: str, dtype: object | None = None) -> Array:
         if not x.is_floating_point() or x.dtype in (torch.float16, torch.bfloat16):
             return x.to(torch.float64)
         return x
-    if isinstance(x, (list, tuple, int, float)) or isinstance(x, np.ndarray) or np.isscalar(x):
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a NumPy array or a torch tensor, got {type(x).__name__}")
+    if isinstance(x, (list, tuple, int, float, np.ndarray, np.generic)):
         arr = np.asarray(x)
     else:
         raise TypeError(f"{name} must be a NumPy array or a torch tensor, got {type(x).__name__}")
@@ -78,6 +80,14 @@ def to_scalar(x: Array) -> float:
     """A 0-d array or tensor as a Python float (forces a device sync for CUDA tensors)."""
     return float(x.item()) if hasattr(x, "item") else float(x)
 
+
+
+def as_dtype_of(value: Array, ref: Array) -> Array:
+    """``value`` (e.g. an integer rank) converted to ``ref``'s floating dtype, so that mixing it into a formula
+    neither promotes float32 NumPy data to float64 nor turns torch integer division into float32."""
+    if is_torch(value):
+        return value.to(ref.dtype)
+    return np.asarray(value, dtype=ref.dtype)
 
 
 def scalar_like(x: Array, value: float) -> Array:

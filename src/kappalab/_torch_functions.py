@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from .regularizers import (extremes, grad_r_ill_from_extremes, grad_r_well_from_extremes, r_ill_from_extremes,
+from .regularizers import (extremes, grad_r_ill_from_extremes, ill_denominator, grad_r_well_from_extremes, r_ill_from_extremes,
                            r_well_from_extremes)
 from .spectral import require_unique
 
@@ -41,6 +41,7 @@ class RIll(torch.autograd.Function):
     def forward(ctx, S, rtol, psd, solver, on_degenerate, gap_rtol, check):  # type: ignore[override]
         Sd = S.detach()
         e = extremes(Sd, rtol=rtol, psd=psd, solver=solver, check=check)
+        ill_denominator(e, check=check)  # undefined R_ill is reported before any uniqueness question
         require_unique(e, "min", on_degenerate, gap_rtol, "S")
         ctx.save_for_backward(grad_r_ill_from_extremes(e, Sd, check=check))
         return r_ill_from_extremes(e, check=check)

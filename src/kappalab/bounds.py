@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from ._backend import Array, scalar_like, to_scalar
+from ._backend import Array, as_dtype_of, scalar_like, to_scalar
 from .linear import hessian_extremes
 from .regularizers import extremes, ill_denominator
 
@@ -35,7 +35,7 @@ def step_bound_ill(S: object, *, rtol: float | None = None, psd: bool = False) -
     """Thm 4.1(4): ``k/(k-1) * (||S||_F^2/(2k) - s_min^2/2)^2`` (undefined, and an error, when k < 2)."""
     e = extremes(S, rtol=rtol, psd=psd)
     d = ill_denominator(e)
-    k = e.rank
+    k = as_dtype_of(e.rank, d)
     return k / (k - 1) * d * d
 
 
@@ -43,9 +43,11 @@ def step_bound_theta_well(theta: object, K: object, *, rtol: float | None = None
     """Thm 4.3(1): ``min{ 1/((1 - 1/D) s_1), (s_1 s_2 - s_2^2)/(D s_2^2) }`` on the eigenvalues of H_P."""
     _, _, H, e = hessian_extremes(theta, K, rtol=rtol)
     D = H.shape[0]
+    if D == 1:  # both terms are 1/0: no constraint on the step
+        return scalar_like(e.s_max, math.inf)
     first = 1.0 / ((1 - 1 / D) * e.s_max)
     if to_scalar(e.s_2) <= to_scalar(e.threshold):
-        return first if D > 1 else scalar_like(e.s_max, math.inf)
+        return first
     second = (e.s_max * e.s_2 - e.s_2 * e.s_2) / (D * e.s_2 * e.s_2)
     return first if to_scalar(first) <= to_scalar(second) else second
 
@@ -54,7 +56,7 @@ def step_bound_theta_ill(theta: object, K: object, *, rtol: float | None = None)
     """Thm 4.3(2): ``d^2 / (1 - 2 s_min / k)`` on H_H, as written (negative or +inf: see module docstring)."""
     _, _, _, e = hessian_extremes(theta, K, rtol=rtol)
     d = ill_denominator(e, name="H(theta)")
-    denom = 1 - 2 * e.s_min / e.rank
+    denom = 1 - 2 * e.s_min / as_dtype_of(e.rank, e.s_min)
     if to_scalar(denom) == 0:
         return scalar_like(e.s_max, math.inf)
     return d * d / denom

@@ -24,10 +24,18 @@ from torch import nn
 Side = Literal["input", "output"]
 
 
-def precondition_weight_grad(grad_W: torch.Tensor, K: torch.Tensor, ridge: float, side: Side) -> torch.Tensor:
-    """``grad_W (K + ridge I)^{-1}`` (side="input") or ``(K + ridge I)^{-1} grad_W`` (side="output")."""
+def precondition_weight_grad(grad_W: torch.Tensor, K: torch.Tensor, ridge: float, side: Side,
+                             check: bool = True) -> torch.Tensor:
+    """``grad_W (K + ridge I)^{-1}`` (side="input") or ``(K + ridge I)^{-1} grad_W`` (side="output").
+
+    ``check=True`` raises when ``K + ridge I`` is not positive definite (one integer read back from the device);
+    ``check=False`` skips that sync for CUDA hot loops whose covariance is known to be regularized.
+    """
     A = K + ridge * torch.eye(K.shape[0], dtype=K.dtype, device=K.device)
     L, info = torch.linalg.cholesky_ex(A)
+    if check and int(info) != 0:  # one integer to the host: a singular covariance must not become NaN gradients
+        raise ValueError(f"K + ridge*I (ridge = {ridge}) is not positive definite (Cholesky failed at pivot "
+                         f"{int(info)}): the covariance is singular; use ridge > 0")
     if side == "input":
         return torch.cholesky_solve(grad_W.T, L).T  # (A^{-1} grad_W^T)^T = grad_W A^{-1}, A symmetric
     if side == "output":
@@ -37,9 +45,9 @@ def precondition_weight_grad(grad_W: torch.Tensor, K: torch.Tensor, ridge: float
 
 class _PreconditionedLinear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, X, W, b, K, ridge, side):  # type: ignore[override]
+    def forward(ctx, X, W, b, K, ridge, side, check):  # type: ignore[override]
         ctx.save_for_backward(X, W, K)
-        ctx.ridge, ctx.side, ctx.has_bias = ridge, side, b is not None
+        ctx.ridge, ctx.side, ctx.check, ctx.has_bias = ridge, side, check, b is not None
         out = X @ W.T
         return out + b if b is not None else out
 
@@ -50,9 +58,9 @@ class _PreconditionedLinear(torch.autograd.Function):
         grad_W = None
         if ctx.needs_input_grad[1]:
             cov = X.T @ X if K.numel() == 0 else K
-            grad_W = precondition_weight_grad(grad_out.T @ X, cov, ctx.ridge, ctx.side)
+            grad_W = precondition_weight_grad(grad_out.T @ X, cov, ctx.ridge, ctx.side, ctx.check)
         grad_b = grad_out.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return grad_X, grad_W, grad_b, None, None, None
+        return grad_X, grad_W, grad_b, None, None, None, None
 
 
 class DummyLinear(nn.Linear):
@@ -60,10 +68,11 @@ class DummyLinear(nn.Linear):
 
     ``forward(X, precondition=False, K=None)``: with ``precondition=True`` the backward multiplies the weight
     gradient by ``(K + ridge I)^{-1}`` on the side given by ``side`` (``K=None``: the batch covariance X^T X).
+    ``check`` is passed to :func:`precondition_weight_grad`.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, ridge: float = 1e-6,
-                 side: Side = "input", device=None, dtype=torch.float64) -> None:
+                 side: Side = "input", check: bool = True, device=None, dtype=torch.float64) -> None:
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         if not ridge >= 0:
             raise ValueError(f"ridge must be >= 0, got {ridge!r}")
@@ -72,10 +81,10 @@ class DummyLinear(nn.Linear):
         if side == "output" and in_features != out_features:
             raise ValueError("side='output' (the official code's left multiplication) needs in_features == "
                              f"out_features, got {in_features} and {out_features}")
-        self.ridge, self.side = ridge, side
+        self.ridge, self.side, self.check = ridge, side, check
 
     def forward(self, X: torch.Tensor, precondition: bool = False, K: torch.Tensor | None = None) -> torch.Tensor:
         if not precondition:
             return super().forward(X)
         K_arg = X.new_empty(0) if K is None else K
-        return _PreconditionedLinear.apply(X, self.weight, self.bias, K_arg, self.ridge, self.side)
+        return _PreconditionedLinear.apply(X, self.weight, self.bias, K_arg, self.ridge, self.side, self.check)

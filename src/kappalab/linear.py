@@ -18,7 +18,7 @@ gradient is a true gradient there even when K is singular.
 from __future__ import annotations
 
 from ._backend import Array, eps, eye_like, is_torch, to_scalar
-from .regularizers import grad_r_ill_from_extremes, grad_r_well_from_extremes
+from .regularizers import grad_r_ill_from_extremes, grad_r_well_from_extremes, ill_denominator
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique
 from .validation import matrix, positive_scalar, same_kind, symmetric
 
@@ -67,6 +67,7 @@ def grad_theta_r_ill(theta: object, K: object, *, rtol: float | None = None, sol
                      check: bool = True) -> Array:
     """Thm 4.2(2): ``2 K theta (s_k v_k v_k^T - H/k) / d^2`` (requires a unique smallest nonzero eigenvalue)."""
     theta, K, H, e = hessian_extremes(theta, K, rtol=rtol, solver=solver, check=check)
+    ill_denominator(e, check=check, name="H(theta)")  # undefined before non-unique
     require_unique(e, "min", on_degenerate, gap_rtol, "H(theta)")
     return 2.0 * (K @ (theta @ grad_r_ill_from_extremes(e, H, check=check, name="H(theta)")))
 

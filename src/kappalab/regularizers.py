@@ -23,7 +23,7 @@ error of about ``p * eps * (||S||_F^2/(2k) + s_1 s_k)``; at or below that bound 
 
 from __future__ import annotations
 
-from ._backend import Array, eps, is_torch, namespace, to_scalar
+from ._backend import Array, as_dtype_of, eps, is_torch, namespace, to_scalar
 from .errors import UndefinedRegularizerError
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique, svd_extremes
 from .validation import matrix
@@ -61,7 +61,7 @@ def r_well_from_extremes(e: Extremes) -> Array:
 
 def ill_denominator(e: Extremes, *, check: bool = True, name: str = "S") -> Array:
     """R_ill's denominator ``||S||_F^2 / (2k) - s_k^2 / 2``; with ``check``, an error where it is zero."""
-    d = e.fro2 / (2 * e.rank) - 0.5 * e.s_min * e.s_min
+    d = e.fro2 / (2 * as_dtype_of(e.rank, e.fro2)) - 0.5 * e.s_min * e.s_min
     if check:
         k = int(to_scalar(e.rank))
         bound = e.p * eps(e.s_max) * (to_scalar(e.fro2) / (2 * k) + to_scalar(e.s_max * e.s_min))
@@ -89,7 +89,13 @@ def grad_r_ill_from_extremes(e: Extremes, S: Array, *, check: bool = True, name:
     """Thm 4.1(3): ``(s_k u_k v_k^T - S / k) / d^2`` with d the R_ill denominator."""
     xp = namespace(S)
     d = ill_denominator(e, check=check, name=name)
-    return (e.s_min * xp.outer(e.u_min, e.v_min) - S / e.rank) / (d * d)
+    return (e.s_min * xp.outer(e.u_min, e.v_min) - S / as_dtype_of(e.rank, S)) / (d * d)
+
+
+def check_policy(on_degenerate: str) -> None:
+    """Reject an unknown ``on_degenerate`` value on every path (not only where a gradient is formed)."""
+    if on_degenerate not in ("raise", "warn", "ignore"):
+        raise ValueError(f"on_degenerate must be 'raise', 'warn' or 'ignore', got {on_degenerate!r}")
 
 
 # ---- public API -------------------------------------------------------------------------------------------------
@@ -97,7 +103,7 @@ def grad_r_ill_from_extremes(e: Extremes, S: Array, *, check: bool = True, name:
 def condition_number(S: object, rtol: float | None = None, *, psd: bool = False, check: bool = True) -> Array:
     """``kappa(S) = s_max / s_min`` with s_min the smallest singular value above ``rtol * s_max``.
 
-    ``rtol=None`` means ``max(m, n) * eps(dtype)`` (see :mod:`kappalab.spectral`). Returns a 0-d array/tensor.
+    ``rtol=None`` means ``max(m, n) * eps(dtype)`` (see :mod:`kappalab.spectral`). Returns a NumPy scalar or a 0-d tensor.
     """
     e = extremes(S, rtol=rtol, psd=psd, check=check)
     return e.s_max / e.s_min
@@ -107,6 +113,7 @@ def r_well(S: object, *, rtol: float | None = None, psd: bool = False, solver: s
            on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None, check: bool = True) -> Array:
     """R_well(S) of Eq. 3 (``p = min(m, n)``). Torch input that requires grad backpropagates through the closed
     form of Thm A.1(3) (after the degeneracy policy is applied to s_max)."""
+    check_policy(on_degenerate)
     if is_torch(S) and S.requires_grad:
         from ._torch_functions import RWell
 
@@ -119,6 +126,7 @@ def r_ill(S: object, *, rtol: float | None = None, psd: bool = False, solver: st
     """R_ill(S) of Eq. 12 (``k`` = numerical rank). Raises
     :class:`~kappalab.errors.UndefinedRegularizerError` when all nonzero singular values are equal. Torch input
     that requires grad backpropagates through the closed form of Thm 4.1(3)."""
+    check_policy(on_degenerate)
     if is_torch(S) and S.requires_grad:
         from ._torch_functions import RIll
 
@@ -142,5 +150,6 @@ def grad_r_ill(S: object, *, rtol: float | None = None, psd: bool = False, solve
     """Closed-form gradient of R_ill (Thm 4.1(3)); requires a unique s_min (see ``on_degenerate``)."""
     S = validated(S, psd=psd, check=check)
     e = spectrum_of(S, rtol=rtol, psd=psd, solver=solver, check=check)
+    ill_denominator(e, check=check)  # undefined R_ill is reported as such, before any uniqueness question
     require_unique(e, "min", on_degenerate, gap_rtol, "S")
     return grad_r_ill_from_extremes(e, S, check=check)

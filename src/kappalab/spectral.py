@@ -20,8 +20,32 @@ Uniqueness (gap) tolerance
     :class:`~kappalab.errors.DegenerateSpectrumWarning` and the formula evaluated with whichever vector the
     solver returned (for ``s_max``, an element of the subdifferential), ``"ignore"`` no check at all.
 
-Solvers (``solver=``) for symmetric PSD input: ``"eigh"`` (dense symmetric eigensolver of NumPy/torch) and
-``"auto"`` (the fastest exact method available for the shape; currently ``"eigh"``).
+Solvers (``solver=``) for symmetric PSD input ``A`` (``n x n``); all are exact to working precision (the
+benchmarks in ``benchmarks/`` check ``s_max`` and ``s_min`` to 1e-8 relative against ``"eigh"``):
+
+* ``"eigh"``: every eigenpair by the dense symmetric eigensolver of NumPy/torch (``SOLVERS``).
+* ``"tridiag"`` (NumPy only): one Householder tridiagonalization ``A = Q T Q^T`` (LAPACK ``sytrd``), ALL
+  eigenvalues of ``T`` (``sterf``, O(n^2)), and only the two eigenvectors needed (``s_max`` and ``s_k``) by
+  inverse iteration on ``T`` (``stein``) mapped back by the reflectors. It skips ``eigh``'s eigenvector
+  accumulation (about 2/3 of its cost); the whole spectrum is known, so the rank ``k`` is counted exactly as by
+  ``"eigh"``.
+* ``"subset"`` (NumPy only): SciPy ``eigh(subset_by_index=...)`` for the two largest and the two smallest
+  eigenpairs (two calls).
+* ``"lobpcg"`` / ``"arpack"`` (NumPy only): iterative extreme solvers (:mod:`kappalab.tracker`): LOBPCG, resp.
+  ARPACK ``eigsh``, for the top pair; for the bottom pair the same solver applied with a Cholesky factor of
+  ``A`` (LOBPCG preconditioned by ``A^-1``, ARPACK in shift-invert mode around 0).
+
+Rank with extreme-only solvers (``"subset"``, ``"lobpcg"``, ``"arpack"``): they see only the ends of the
+spectrum, so they cannot count ``k``. When the smallest eigenvalue is above the rank threshold, ``A`` has full
+rank, ``k = n`` and ``s_min = lambda_1``, exactly. Otherwise (``A`` numerically singular), and whenever an
+iterative solver's own residual check fails, ``psd_extremes`` falls back to ``"eigh"`` (counted in
+``FALLBACKS``). For rank-deficient ``H = F^T F`` given by features ``F`` (``N < D``), :mod:`kappalab.gram`
+counts ``k`` from the ``N x N`` spectrum of ``F F^T`` instead.
+
+``"auto"`` (:func:`choose_solver`): ``"eigh"`` for torch tensors (any device) and for NumPy matrices with
+``n < AUTO_TRIDIAG_MIN_N`` (small inputs keep exactly the results of the dense route), ``"tridiag"`` for larger
+NumPy matrices (about 3x faster than a full ``eigh`` at ``n >= 1024``, see ``docs/benchmarks.md``). Warm-started
+iterative solvers need state across optimizer steps: :class:`kappalab.tracker.ExtremeTracker`.
 """
 
 from __future__ import annotations
@@ -31,7 +55,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from ._backend import Array, eps, namespace, scalar_like, to_scalar
+from ._backend import Array, eps, is_torch, namespace, scalar_like, to_scalar
 from .errors import DegenerateSpectrumError, DegenerateSpectrumWarning
 from .validation import finite, symmetric
 
@@ -75,6 +99,19 @@ def default_rtol(a: Array) -> float:
     return max(a.shape) * eps(a)
 
 
+def check_rtol(rtol: float | None, name: str = "rtol") -> None:
+    """``rtol`` (relative rank tolerance) must be ``None`` or a number in ``[0, 1)``: a negative value would count
+    zero singular values as nonzero, a value ``>= 1`` (or NaN) would leave no nonzero singular value at all."""
+    if rtol is not None and not 0 <= rtol < 1:
+        raise ValueError(f"{name} must be None or a relative tolerance in [0, 1), got {rtol!r}")
+
+
+def check_gap_rtol(gap_rtol: float | None) -> None:
+    """``gap_rtol`` must be ``None`` or ``>= 0``: a negative value would silently switch the uniqueness test off."""
+    if gap_rtol is not None and not gap_rtol >= 0:
+        raise ValueError(f"gap_rtol must be None or a non-negative relative gap, got {gap_rtol!r}")
+
+
 def default_gap_rtol(a: Array) -> float:
     """``sqrt(eps(dtype))``: the relative gap below which an extreme singular value is called degenerate."""
     return math.sqrt(eps(a))
@@ -90,7 +127,7 @@ def _assemble(xp, vec_at, s_all_desc: Array, fro2: Array, p: int, rtol: float) -
     s_max = s_all_desc[0]
     threshold = rtol * s_max
     k = (s_all_desc > threshold).sum()
-    last = k - 1
+    last = xp.clip(k - 1, 0, None)  # k = 0 (zero or negative input) is reported by the callers' checks
     padded = xp.concatenate([scalar_like(s_max, math.inf).reshape(1), s_all_desc])
     s_2 = s_all_desc[1] if s_all_desc.shape[0] > 1 else scalar_like(s_max, 0.0)
     u_max, v_max = vec_at(0)
@@ -105,6 +142,7 @@ def _assemble(xp, vec_at, s_all_desc: Array, fro2: Array, p: int, rtol: float) -
 def svd_extremes(S: Array, *, rtol: float | None = None, check: bool = True) -> Extremes:
     """Extreme singular triplets of a general real matrix ``S`` by a dense SVD."""
     xp = namespace(S)
+    check_rtol(rtol)
     rtol = default_rtol(S) if rtol is None else rtol
     U, s, Vh = xp.linalg.svd(S, full_matrices=False)
     e = _assemble(xp, lambda i: (U[:, i], Vh[i, :]), s, (S * S).sum(), min(S.shape), rtol)
@@ -121,10 +159,120 @@ def _eigh_dense(A: Array) -> tuple[Array, Array]:
 #: Registered solvers for symmetric PSD input: name -> function returning ascending (eigenvalues, eigenvectors).
 SOLVERS: dict[str, Callable[[Array], tuple[Array, Array]]] = {"eigh": _eigh_dense}
 
+#: An extreme solver gets ``(A, rtol)`` and returns ``(Extremes, lambda_lowest)``, or ``None`` when it cannot
+#: decide the rank or did not converge (then :func:`psd_extremes` falls back to ``"eigh"``).
+ExtremeSolver = Callable[[Array, float], "tuple[Extremes, Array] | None"]
+
+#: Smallest ``n`` for which ``"auto"`` leaves the dense ``eigh`` (NumPy input).
+AUTO_TRIDIAG_MIN_N = 256
+
+#: Smallest ``n`` an extreme-only solver accepts (below it they defer to ``"eigh"``).
+_MIN_N_EXTREME = 8
+
+#: Number of times an extreme solver deferred to the dense ``"eigh"`` (rank deficiency or no convergence).
+FALLBACKS: dict[str, int] = {}
+
+
+def _tridiag_extremes(A: Array, rtol: float) -> tuple[Extremes, Array]:
+    """One ``sytrd``, all eigenvalues of T, two eigenvectors of T mapped back (see the module docstring)."""
+    import numpy as np
+    from scipy.linalg import eigh_tridiagonal, lapack
+
+    n = A.shape[0]
+    sytrd, sytrd_lwork = lapack.get_lapack_funcs(("sytrd", "sytrd_lwork"), (A,))
+    lwork, info = sytrd_lwork(n, lower=1)
+    c, d, e_off, tau, info = sytrd(A, lower=1, lwork=int(lwork))
+    if info != 0:
+        raise np.linalg.LinAlgError(f"sytrd failed (info = {info})")
+    lam = eigh_tridiagonal(d, e_off, eigvals_only=True)  # ascending, sterf
+    lam_desc = lam[::-1].copy()
+    threshold = rtol * lam_desc[0]
+    k = int((lam_desc > threshold).sum())
+    # stebz/stein pick eigenvectors by ascending index: n-1 is s_max, n-k is s_k.
+    idx = sorted({n - 1, n - max(k, 1)})  # k = 0 (zero input) is reported by psd_extremes' checks
+    Z = np.column_stack([eigh_tridiagonal(d, e_off, select="i", select_range=(i, i))[1][:, 0] for i in idx])
+    V = _apply_householder(c, tau, Z)
+    V /= np.linalg.norm(V, axis=0)
+    col = {i: V[:, j] for j, i in enumerate(idx)}
+    ex = _assemble(np, lambda i: (col[n - 1 - i], col[n - 1 - i]), lam_desc, (A * A).sum(), n, rtol)
+    return ex, lam[0]
+
+
+def _apply_householder(c: Array, tau: Array, Z: Array) -> Array:
+    """``Q Z`` for ``Q = H_0 H_1 ... H_{n-2}`` stored by ``sytrd(lower=1)``: ``H_i = I - tau_i v v^T`` with
+    ``v[:i+1] = 0``, ``v[i+1] = 1``, ``v[i+2:] = c[i+2:, i]``."""
+    Z = Z.copy()
+    for i in range(len(tau) - 1, -1, -1):
+        t = tau[i]
+        if t == 0.0:
+            continue
+        v_tail = c[i + 2:, i]
+        w = t * (Z[i + 1] + v_tail @ Z[i + 2:])
+        Z[i + 1] -= w
+        Z[i + 2:] -= v_tail[:, None] * w
+    return Z
+
+
+def extremes_from_pairs(top: tuple[Array, Array], bottom: tuple[Array, Array], A: Array, rtol: float,
+                        fro2: Array | None = None) -> tuple[Extremes, Array] | None:
+    """:class:`Extremes` of a symmetric PSD ``A`` from its two largest and two smallest eigenpairs.
+
+    ``top = (values, vectors)`` holds ``lambda_n >= lambda_{n-1}`` (descending, vectors as columns),
+    ``bottom`` holds ``lambda_1 <= lambda_2`` (ascending). Returns ``None`` when ``lambda_1`` is not above the
+    rank threshold ``rtol * lambda_n``: then ``A`` is numerically singular and the rank cannot be counted from
+    the ends of the spectrum. Otherwise ``k = n`` and ``s_min = lambda_1`` exactly.
+    """
+    xp = namespace(A)
+    (t_val, t_vec), (b_val, b_vec) = top, bottom
+    n = A.shape[0]
+    s_max = t_val[0]
+    threshold = rtol * s_max
+    if not to_scalar(b_val[0]) > to_scalar(threshold):
+        return None
+    rank = xp.asarray(n) if xp.__name__ == "numpy" else xp.tensor(n, device=A.device)
+    ex = Extremes(
+        s_max=s_max, u_max=t_vec[:, 0], v_max=t_vec[:, 0], s_2=t_val[1],
+        s_min=b_val[0], u_min=b_vec[:, 0], v_min=b_vec[:, 0], s_km1=b_val[1],
+        rank=rank, fro2=(A * A).sum() if fro2 is None else fro2, p=n, threshold=threshold,
+    )
+    return ex, b_val[0]
+
+
+def _subset_extremes(A: Array, rtol: float) -> tuple[Extremes, Array] | None:
+    """SciPy ``eigh(subset_by_index=...)``: two largest and two smallest eigenpairs (two calls)."""
+    from scipy.linalg import eigh
+
+    n = A.shape[0]
+    lt, Vt = eigh(A, subset_by_index=[n - 2, n - 1], check_finite=False)
+    lb, Vb = eigh(A, subset_by_index=[0, 1], check_finite=False)
+    return extremes_from_pairs((lt[::-1], Vt[:, ::-1]), (lb, Vb), A, rtol)
+
+
+def _iterative(method: str) -> ExtremeSolver:
+    def solve(A: Array, rtol: float) -> tuple[Extremes, Array] | None:
+        from .tracker import cold_extremes  # the iterative solvers live with the warm-start tracker
+
+        return cold_extremes(A, rtol, method=method)
+
+    solve.__name__ = f"_{method}_extremes"
+    return solve
+
+
+#: Registered extreme solvers (NumPy input only): name -> :data:`ExtremeSolver`.
+EXTREME_SOLVERS: dict[str, ExtremeSolver] = {
+    "tridiag": _tridiag_extremes,
+    "subset": _subset_extremes,
+    "lobpcg": _iterative("lobpcg"),
+    "arpack": _iterative("arpack"),
+}
+
 
 def choose_solver(A: Array) -> str:
-    """The solver ``solver="auto"`` uses for ``A``."""
-    return "eigh"
+    """The solver ``solver="auto"`` uses for ``A``: ``"eigh"`` for torch tensors and for NumPy matrices with
+    ``n < AUTO_TRIDIAG_MIN_N``, ``"tridiag"`` otherwise (see the module docstring and ``docs/benchmarks.md``)."""
+    if is_torch(A) or A.shape[0] < AUTO_TRIDIAG_MIN_N:
+        return "eigh"
+    return "tridiag"
 
 
 def psd_extremes(
@@ -135,28 +283,44 @@ def psd_extremes(
     With ``check=True`` the input must be finite, symmetric within
     :func:`~kappalab.validation.symmetric_tolerance`, non-zero, and PSD: an eigenvalue below
     ``-rtol * lambda_max`` is an error (rounding makes exact zeros slightly negative; anything below the rank
-    threshold counts as zero, never as a negative singular value).
+    threshold counts as zero, never as a negative singular value). ``solver`` is ``"auto"`` or a name in
+    ``SOLVERS`` or ``EXTREME_SOLVERS`` (the latter for NumPy input; see the module docstring).
     """
     if check:
         finite(A, name)
         symmetric(A, name)
     xp = namespace(A)
+    check_rtol(rtol)
     rtol = default_rtol(A) if rtol is None else rtol
     name_solver = choose_solver(A) if solver == "auto" else solver
-    if name_solver not in SOLVERS:
-        raise ValueError(f"solver must be 'auto' or one of {sorted(SOLVERS)}, got {solver!r}")
-    lam, V = SOLVERS[name_solver](A)
-    lam_desc = xp.flip(lam, (0,))
-    n = A.shape[0]
-    e = _assemble(xp, lambda i: (V[:, n - 1 - i], V[:, n - 1 - i]), lam_desc, (A * A).sum(), n, rtol)
+    if name_solver not in SOLVERS and name_solver not in EXTREME_SOLVERS:
+        raise ValueError(
+            f"solver must be 'auto' or one of {sorted(SOLVERS) + sorted(EXTREME_SOLVERS)}, got {solver!r}"
+        )
+    found = None
+    if name_solver in EXTREME_SOLVERS:
+        if is_torch(A):
+            raise ValueError(f"solver {name_solver!r} takes NumPy arrays; use 'eigh' (or 'auto') for torch tensors")
+        found = EXTREME_SOLVERS[name_solver](A, rtol) if A.shape[0] >= _MIN_N_EXTREME else None
+        if found is None:
+            FALLBACKS[name_solver] = FALLBACKS.get(name_solver, 0) + 1
+    if found is None:
+        lam, V = SOLVERS[name_solver if name_solver in SOLVERS else "eigh"](A)
+        lam_desc = xp.flip(lam, (0,))
+        n = A.shape[0]
+        e = _assemble(xp, lambda i: (V[:, n - 1 - i], V[:, n - 1 - i]), lam_desc, (A * A).sum(), n, rtol)
+        lam_lowest = lam[0]
+    else:
+        e, lam_lowest = found
     if check:
-        _check_nonzero(e, name)
-        lam_lo = to_scalar(lam[0])
-        if lam_lo < -to_scalar(e.threshold):
+        lam_lo, lam_hi = to_scalar(lam_lowest), to_scalar(e.s_max)
+        floor = -rtol * max(abs(lam_hi), abs(lam_lo))
+        if lam_lo < floor:
             raise ValueError(
                 f"{name} must be positive semidefinite: its smallest eigenvalue is {lam_lo:.6e}, below "
-                f"-rtol * lambda_max = {-to_scalar(e.threshold):.6e}"
+                f"-rtol * max|lambda| = {floor:.6e}"
             )
+        _check_nonzero(e, name)
     return e
 
 
@@ -169,6 +333,7 @@ def require_unique(
     e: Extremes, which: Literal["max", "min"], policy: DegeneratePolicy, gap_rtol: float | None, name: str
 ) -> None:
     """Apply the degeneracy policy to ``s_max`` (``which="max"``) or ``s_min`` (``which="min"``)."""
+    check_gap_rtol(gap_rtol)
     if policy == "ignore":
         return
     if policy not in ("raise", "warn"):

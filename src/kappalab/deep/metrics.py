@@ -1,0 +1,171 @@
+"""Evaluation of an immunized deep net: RIR_theta0 (Eq. 17), D_P accuracy, linear-probing curves (Figure 3).
+
+kappa of ``H~ = F^T F`` is computed as ``kappa(F)^2`` from the singular values of the feature matrix ``F``
+(the nonzero eigenvalues of ``F^T F`` are the squared nonzero singular values of ``F``): a group of 100 samples in
+512 dimensions gives a rank-100 ``H~``, and the SVD of ``F`` separates its zero eigenvalues from the nonzero ones
+far more reliably than an eigen-decomposition of ``H~``. kappa is the pseudo-inverse condition number of
+:func:`kappalab.condition_number` (rank tolerance ``rtol`` relative to ``s_max(F)``; default
+``max(N, D) * eps``).
+
+RIR_theta0 as the paper estimates it (Sec. 5.2): draw 20 random groups of 100 training samples; for each group g
+compute ``(i)_g = kappa(H~_H,g(theta_I)) / kappa(H~_H,g(theta_0))`` (same samples for both models) and
+``(ii)_g`` likewise on D_P, and ``RIR_g = (i)_g / (ii)_g``; report the averages over the groups ("reporting the
+average values"). The exact Eq. 17 uses all samples at once. On small data :func:`rir_theta0` returns both;
+the estimator is biased because kappa of a 100-sample ``H~`` is not kappa of the full ``H~`` (see the tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from ..regularizers import condition_number
+from .model import ImmunizableModel, hessian_tilde
+
+
+def as_loader(data: DataLoader | torch.Tensor | tuple[torch.Tensor, ...], batch_size: int = 256) -> DataLoader:
+    """A DataLoader over ``data`` (returned as is when it already is one; tensors are wrapped, unshuffled)."""
+    if isinstance(data, DataLoader):
+        return data
+    tensors = data if isinstance(data, tuple) else (data,)
+    return DataLoader(TensorDataset(*tensors), batch_size=batch_size, shuffle=False)
+
+
+@torch.no_grad()
+def extract_features(model: ImmunizableModel, data: DataLoader | torch.Tensor, device: str | torch.device = "cpu",
+                     progress: bool = False) -> torch.Tensor:
+    """Stacked features ``X~`` (N x D_hid) of all inputs (the first tensor of each batch), in eval mode."""
+    from tqdm.auto import tqdm
+
+    was_training = model.training
+    model.eval()
+    try:
+        out = [model.features(batch[0].to(device) if isinstance(batch, (list, tuple)) else batch.to(device))
+               for batch in tqdm(as_loader(data), desc="features", leave=False, disable=not progress)]
+    finally:
+        model.train(was_training)
+    return torch.cat(out)
+
+
+def kappa_tilde(F: torch.Tensor, rtol: float | None = None) -> float:
+    """kappa(H~) = kappa(F^T F) = kappa(F)^2 (pseudo-inverse condition number, see the module docstring)."""
+    if F.ndim != 2:
+        raise ValueError(f"F must be a 2-D (samples x features) matrix, got shape {tuple(F.shape)}")
+    return float(condition_number(F.detach(), rtol)) ** 2
+
+
+@dataclass(frozen=True)
+class RIRTheta0:
+    """Eq. 17 terms. ``exact_*``: all samples at once; ``est_*``: mean and std over the random groups."""
+
+    exact_i: float
+    exact_ii: float
+    exact_rir: float
+    est_i: float
+    est_ii: float
+    est_rir: float
+    std_i: float
+    std_ii: float
+    std_rir: float
+    groups: int
+    group_size: int
+    per_group_i: tuple[float, ...]
+    per_group_ii: tuple[float, ...]
+
+
+def random_groups(n: int, groups: int, group_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``groups`` index sets of ``group_size`` distinct samples each (independent draws, without replacement
+    within a group)."""
+    if not (isinstance(groups, int) and groups >= 1):
+        raise ValueError(f"groups must be a positive int, got {groups!r}")
+    if not (isinstance(group_size, int) and 1 <= group_size <= n):
+        raise ValueError(f"group_size must be an int in [1, {n}] (the number of samples), got {group_size!r}")
+    return [np.sort(rng.choice(n, size=group_size, replace=False)) for _ in range(groups)]
+
+
+def rir_theta0(F_H_I: torch.Tensor, F_H_0: torch.Tensor, F_P_I: torch.Tensor, F_P_0: torch.Tensor, *,
+               groups: int = 20, group_size: int = 100, seed: int = 0, rtol: float | None = None) -> RIRTheta0:
+    """Eq. 17 from features of theta_I (``*_I``) and theta_0 (``*_0``) on the same D_H / D_P samples (row i of
+    ``F_H_I`` and ``F_H_0`` is the same image). Exact value and the paper's group estimator."""
+    for name, (a, b) in {"F_H": (F_H_I, F_H_0), "F_P": (F_P_I, F_P_0)}.items():
+        if a.shape[0] != b.shape[0]:
+            raise ValueError(f"{name}_I and {name}_0 must hold the same samples, got {a.shape[0]} and {b.shape[0]} "
+                             "rows")
+    rng = np.random.default_rng(seed)
+
+    def ratio(FI: torch.Tensor, F0: torch.Tensor, rows: np.ndarray | None) -> float:
+        if rows is None:
+            return kappa_tilde(FI, rtol) / kappa_tilde(F0, rtol)
+        idx = torch.as_tensor(rows, device=FI.device)
+        return kappa_tilde(FI[idx], rtol) / kappa_tilde(F0[idx], rtol)
+
+    gH = random_groups(F_H_I.shape[0], groups, group_size, rng)
+    gP = random_groups(F_P_I.shape[0], groups, group_size, rng)
+    i_g = np.array([ratio(F_H_I, F_H_0, g) for g in gH])
+    ii_g = np.array([ratio(F_P_I, F_P_0, g) for g in gP])
+    rir_g = i_g / ii_g
+    ex_i, ex_ii = ratio(F_H_I, F_H_0, None), ratio(F_P_I, F_P_0, None)
+    return RIRTheta0(ex_i, ex_ii, ex_i / ex_ii, float(i_g.mean()), float(ii_g.mean()), float(rir_g.mean()),
+                     float(i_g.std()), float(ii_g.std()), float(rir_g.std()), groups, group_size,
+                     tuple(map(float, i_g)), tuple(map(float, ii_g)))
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, data: DataLoader | tuple[torch.Tensor, torch.Tensor],
+             device: str | torch.device = "cpu") -> float:
+    """Top-1 accuracy (fraction) of ``model``'s logits on labelled data."""
+    was_training = model.training
+    model.eval()
+    correct = total = 0
+    try:
+        for x, y in as_loader(data):
+            pred = model(x.to(device)).argmax(1)
+            correct += int((pred == y.to(device)).sum())
+            total += len(y)
+    finally:
+        model.train(was_training)
+    if total == 0:
+        raise ValueError("data is empty")
+    return correct / total
+
+
+def linear_probe_curve(F_train: torch.Tensor, y_train: torch.Tensor, F_test: torch.Tensor, y_test: torch.Tensor,
+                       *, epochs: int, num_classes: int, step: str | float = "1/smax") -> list[float]:
+    """Figure 3: test accuracy of a linear probe ``softmax(F w)`` trained by full-batch gradient descent.
+
+    Entry ``t`` is the test accuracy after ``t`` epochs (entry 0: the zero-initialised probe). ``step="1/smax"``
+    uses ``1 / s_max(H~ / N)`` (the constant step of Eq. 2 / Claim E2, which upper-bounds the softmax loss's
+    curvature), so every extractor is probed at its own safe step and the curve reflects kappa, not the scale of
+    the features. A float gives a fixed step for all extractors.
+    """
+    if not (isinstance(epochs, int) and epochs >= 0):
+        raise ValueError(f"epochs must be a non-negative int, got {epochs!r}")
+    N = F_train.shape[0]
+    if step == "1/smax":
+        eta = 1.0 / float(torch.linalg.eigvalsh(hessian_tilde(F_train) / N)[-1])
+    elif isinstance(step, (int, float)) and step > 0:
+        eta = float(step)
+    else:
+        raise ValueError(f"step must be '1/smax' or a positive float, got {step!r}")
+    W = torch.zeros(F_train.shape[1], num_classes, dtype=F_train.dtype, device=F_train.device)
+    Y = torch.nn.functional.one_hot(y_train, num_classes).to(F_train.dtype)
+
+    def test_acc() -> float:
+        return float(((F_test @ W).argmax(1) == y_test).to(torch.float64).mean())
+
+    curve = [test_acc()]
+    for _ in range(epochs):
+        grad = F_train.T @ (torch.softmax(F_train @ W, 1) - Y) / N
+        W = W - eta * grad
+        curve.append(test_acc())
+    return curve
+
+
+def labels_of(data: Iterable) -> torch.Tensor:
+    """All labels (second tensor of each batch) of a loader, concatenated."""
+    return torch.cat([batch[1] for batch in data])

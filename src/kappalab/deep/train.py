@@ -1,0 +1,173 @@
+"""Immunization training loop (Appendix C.2), with per-epoch checkpoints and optional data-parallel training.
+
+Optimizer: SGD with Nesterov momentum (``lr``, momentum 0.9), weight decay 0 on the immunized extractor and
+``classifier_weight_decay`` (2e-5) on the D_P head. Batches come from a :class:`~kappalab.deep.loader.CombinedLoader`.
+
+Checkpoints: after every epoch the model, optimizer and torch RNG state are written atomically to
+``checkpoint``; a call with an existing checkpoint resumes after its epoch (a finished run returns at once).
+The position inside the D_P loader is not saved: a resumed run restarts D_P at a fresh shuffle.
+
+Data parallel: under ``torchrun`` (``WORLD_SIZE > 1`` in the environment) :func:`init_distributed` sets up the
+process group; every rank computes its terms (and ``H~``) on its own batches, and :func:`allreduce_gradients`
+averages the gradients before each step (DDP's gradient averaging, done explicitly because the objectives call
+the network several times per step). Only rank 0 writes checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..errors import DegenerateSpectrumWarning
+from .loader import CombinedLoader
+from .methods import ObjectiveConfig, objective_terms, weighted_loss
+from .model import ImmunizableModel
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimizer settings (Table 4 / Appendix C.2)."""
+
+    lr: float = 1e-5
+    momentum: float = 0.9
+    nesterov: bool = True
+    extractor_weight_decay: float = 0.0
+    classifier_weight_decay: float = 2e-5
+    epochs: int = 3
+    grad_clip: float | None = None
+
+
+def make_optimizer(model: ImmunizableModel, cfg: TrainConfig) -> torch.optim.SGD:
+    """SGD + Nesterov with the two parameter groups of Appendix C.2."""
+    if not cfg.lr > 0:
+        raise ValueError(f"lr must be > 0, got {cfg.lr!r}")
+    return torch.optim.SGD([
+        {"params": list(model.extractor_parameters()), "weight_decay": cfg.extractor_weight_decay},
+        {"params": list(model.classifier_parameters()), "weight_decay": cfg.classifier_weight_decay},
+    ], lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of the current process group, (0, 1) without one."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def init_distributed(device: str) -> str:
+    """Initialise torch.distributed when launched by torchrun (``WORLD_SIZE > 1``); returns the device to use
+    (``cuda:LOCAL_RANK`` for a CUDA run)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return device
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend=backend)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(local_rank)
+        return f"cuda:{local_rank}"
+    return device
+
+
+def allreduce_gradients(params: list[nn.Parameter]) -> None:
+    """Average gradients over the process group (no-op on one process)."""
+    rank, size = world()
+    if size == 1:
+        return
+    for p in params:
+        if p.grad is not None:
+            torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
+            p.grad /= size
+
+
+def _save(path: Path, state: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def immunize(model: ImmunizableModel, method: str, loader: CombinedLoader, obj: ObjectiveConfig,
+             train: TrainConfig, *, device: str | torch.device = "cpu", checkpoint: str | Path | None = None,
+             on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
+             progress: bool = True) -> list[dict[str, float]]:
+    """Train ``model`` in place with ``method``'s objective for ``train.epochs`` epochs of ``loader``.
+
+    Returns one dict of mean terms per epoch run in this call (empty when the checkpoint is already finished);
+    ``degenerate_steps`` counts the steps at which the core reported a tied extreme eigenvalue of ``H~``
+    (:class:`~kappalab.errors.DegenerateSpectrumWarning` under ``on_degenerate="warn"``; collected here instead of
+    printed once per step).
+    """
+    from tqdm.auto import tqdm
+
+    opt = make_optimizer(model, train)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    start = 0
+    path = Path(checkpoint) if checkpoint is not None else None
+    if path is not None and path.exists():
+        state = torch.load(path, map_location=device, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        start = int(state["epoch"])
+    rank, _ = world()
+    history = []
+    model.train()
+    for epoch in range(start, train.epochs):
+        sums: dict[str, float] = {}
+        degenerate = 0
+        bar = tqdm(loader, desc=f"{method} epoch {epoch + 1}/{train.epochs}", leave=False,
+                   disable=not progress or rank != 0)
+        for batch_P, batch_H in bar:
+            opt.zero_grad(set_to_none=True)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", DegenerateSpectrumWarning)
+                terms = objective_terms(model, method, batch_P, batch_H, obj, device)
+                loss = weighted_loss(terms, obj)
+                loss.backward()
+            degenerate += sum(issubclass(w.category, DegenerateSpectrumWarning) for w in caught)
+            for w in caught:
+                if not issubclass(w.category, DegenerateSpectrumWarning):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"{method}: non-finite loss at epoch {epoch + 1}: "
+                                         f"{ {k: float(v) for k, v in terms.items()} }")
+            allreduce_gradients(params)
+            if train.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
+            opt.step()
+            for k, v in terms.items():
+                sums[k] = sums.get(k, 0.0) + float(v.detach())
+            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+        means = {k: v / len(loader) for k, v in sums.items()}
+        means["degenerate_steps"] = float(degenerate)
+        history.append(means)
+        if path is not None and rank == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _save(path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1,
+                         "rng": torch.get_rng_state(), "method": method})
+        if on_epoch_end is not None:
+            on_epoch_end(epoch + 1, means)
+    return history
+
+
+def pretrain(net: nn.Module, loader: Any, *, epochs: int, lr: float = 1e-3, device: str | torch.device = "cpu",
+             progress: bool = True) -> nn.Module:
+    """Plain supervised training (Adam, cross-entropy) of a whole network: the proxy's theta_0."""
+    from tqdm.auto import tqdm
+
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    net.train()
+    for epoch in range(epochs):
+        for x, y in tqdm(loader, desc=f"pretrain epoch {epoch + 1}/{epochs}", leave=False, disable=not progress):
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(net(x.to(device)), y.to(device))
+            loss.backward()
+            opt.step()
+    net.eval()
+    return net

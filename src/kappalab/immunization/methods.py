@@ -1,0 +1,178 @@
+"""The four immunization methods of Table 1 behind one function, :func:`immunize`.
+
+Each method turns one step's data into a list of :class:`Term` s (a scalar, the tensors it updates, and whether
+theta's gradient of it is preconditioned). The engine adds the gradients and takes an Adam step
+(Appendix C.2: Adam with betas (0.9, 0.999), eps 1e-8, in place of Alg. 1's plain gradient step).
+
+* ``ours`` (Eq. 11 / Alg. 1): ``L(D_P) + lambda_P R_well(H_P) + lambda_H R_ill(H_H)``; regularizer gradients
+  preconditioned by the protocol's dummy layer; ``supervised_loss`` and ``precondition`` are config values.
+* ``rill_only`` ("minimizes only the regularizer R_ill(H_H)"): the same objective with ``lambda_P = 0`` and
+  ``supervised_loss = false`` in its config, so there is one implementation of Eq. 11.
+* ``opt_kappa``: ``[L(D_P)] + kappa_weight_P kappa(H_P) - kappa_weight_H kappa(H_H)`` with autograd through
+  ``eigvalsh``; no preconditioning (the paper: "via gradient descent").
+* ``imma`` (bi-level): ``inner_steps`` differentiable gradient steps of size ``inner_lr`` on ``L(D_H, w_H, .)`` in
+  (theta, bias) give theta*; the extractor then descends ``L(D_P, w_P, theta*) - L(D_H, w_H, theta*)`` (i.e.
+  maximizes the harmful loss after the attacker's steps), backpropagating through the inner steps; the
+  heads descend their own task's loss at theta* (w_H is the attacker's head).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from kappalab.errors import DegenerateSpectrumWarning
+
+from .config import MethodConfig
+from .protocols import Batch, Params, Protocol, make_protocol
+from .task import LinearTask
+
+
+@dataclass(frozen=True)
+class Term:
+    """One scalar of a step's objective and the tensors it updates (``precondition``: None, "P" or "H")."""
+
+    name: str
+    value: torch.Tensor
+    params: list[torch.Tensor]
+    precondition: str | None = None
+
+
+@dataclass
+class ImmunizationRun:
+    """Result of :func:`immunize`.
+
+    Attributes:
+        theta_I: immunized extractor, float64 ``D x D`` numpy array, paper orientation ``f(x) = x^T theta``.
+        bias: the feature bias (official protocol) or None.
+        head: the pre-training head w_P.
+        history: per epoch, "kappa_P", "kappa_H" (whole task, protocol's kappa) and each term's last value.
+        wall_time_s: training time.
+        n_steps: optimizer steps taken.
+        degenerate_count: steps on which the core flagged a non-unique extreme eigenvalue (gradient taken with
+            whichever eigenvector the solver returned; paper protocol only).
+        method, protocol, seed: what was run.
+    """
+
+    theta_I: np.ndarray
+    bias: np.ndarray | None
+    head: np.ndarray
+    history: dict[str, list[float]]
+    wall_time_s: float
+    n_steps: int
+    degenerate_count: int
+    method: str
+    protocol: str
+    seed: int
+    device: str = "cpu"
+    notes: list[str] = field(default_factory=list)
+
+
+def _eq11_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list[Term]:
+    pre = bool(cfg.get("precondition", True))
+    terms = []
+    if cfg.get("supervised_loss", True):
+        loss = proto.supervised_loss(proto.features(p, b.X_P), p.w_P, b.y_P)
+        terms.append(Term("loss_P", loss, p.extractor() + [p.w_P]))
+    if cfg.lambda_P > 0:
+        terms.append(Term("R_well", cfg.lambda_P * proto.reg_well(proto.gram(p, b, "P")), p.extractor(),
+                          "P" if pre else None))
+    if cfg.lambda_H > 0:
+        terms.append(Term("R_ill", cfg.lambda_H * proto.reg_ill(proto.gram(p, b, "H")), p.extractor(),
+                          "H" if pre else None))
+    return terms
+
+
+def _opt_kappa_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list[Term]:
+    terms = []
+    if cfg.get("supervised_loss", True):
+        loss = proto.supervised_loss(proto.features(p, b.X_P), p.w_P, b.y_P)
+        terms.append(Term("loss_P", loss, p.extractor() + [p.w_P]))
+    kP, kH = proto.kappa(proto.gram(p, b, "P")), proto.kappa(proto.gram(p, b, "H"))
+    value = float(cfg.get("kappa_weight_P", 1.0)) * kP - float(cfg.get("kappa_weight_H", 1.0)) * kH
+    terms.append(Term("kappa_P-kappa_H", value, p.extractor()))
+    return terms
+
+
+def _imma_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list[Term]:
+    steps, lr = int(cfg.get("inner_steps", 1)), float(cfg.get("inner_lr", cfg.eta))
+    if steps < 1 or not lr > 0:
+        raise ValueError(f"cfg.extra inner_steps must be >= 1 and inner_lr > 0, got {steps!r}, {lr!r}")
+    theta, bias = p.theta, p.bias
+    for _ in range(steps):
+        inner = proto.supervised_loss(proto.features(p, b.X_H, theta, bias), p.w_H, b.y_H)
+        grads = torch.autograd.grad(inner, [theta] + ([bias] if bias is not None else []), create_graph=True)
+        theta = theta - lr * grads[0]
+        bias = bias - lr * grads[1] if bias is not None else None
+    loss_P = proto.supervised_loss(proto.features(p, b.X_P, theta, bias), p.w_P, b.y_P)
+    loss_H = proto.supervised_loss(proto.features(p, b.X_H, theta, bias), p.w_H, b.y_H)
+    return [Term("outer", loss_P - loss_H, p.extractor()), Term("loss_P", loss_P, [p.w_P]),
+            Term("loss_H", loss_H, [p.w_H])]
+
+
+TERMS: dict[str, Callable[[Protocol, Params, Batch, MethodConfig], list[Term]]] = {
+    "ours": _eq11_terms, "rill_only": _eq11_terms, "opt_kappa": _opt_kappa_terms, "imma": _imma_terms,
+}
+
+
+def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig) -> tuple[dict[int, torch.Tensor],
+                                                                                        list[Term]]:
+    """Sum of every term's gradient per tensor (keyed by ``id``), theta's preconditioned where the term says."""
+    terms = TERMS[cfg.method](proto, p, batch, cfg)
+    total: dict[int, torch.Tensor] = {}
+    for term in terms:
+        grads = torch.autograd.grad(term.value, term.params, retain_graph=True, allow_unused=True)
+        for param, g in zip(term.params, grads):
+            if g is None:
+                continue
+            if term.precondition is not None and param is p.theta:
+                g = proto.precondition(g, batch, term.precondition)
+            total[id(param)] = total[id(param)] + g if id(param) in total else g
+    return total, terms
+
+
+def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu",
+             progress: bool = False) -> ImmunizationRun:
+    """Run one method (``cfg.method``) under one protocol (``cfg.protocol``) and return the immunized extractor."""
+    if not isinstance(task, LinearTask):
+        raise ValueError(f"task must be a LinearTask, got {type(task).__name__}")
+    if not isinstance(cfg, MethodConfig):
+        raise ValueError(f"cfg must be a MethodConfig, got {type(cfg).__name__}")
+    if cfg.method == "imma" and task.y_H is None:
+        raise ValueError("task.y_H is None: IMMA needs the harmful task's labels")
+    proto = make_protocol(task, cfg, device)
+    p = proto.init_params(seed, with_w_H=cfg.method == "imma")
+    betas = tuple(cfg.get("adam_betas", (0.9, 0.999)))
+    opt = torch.optim.Adam(p.all(), lr=cfg.eta, betas=betas, eps=float(cfg.get("adam_eps", 1e-8)))
+    gen = torch.Generator().manual_seed(int(seed) + 1)
+    kappas: list[tuple[torch.Tensor, torch.Tensor]] = []
+    term_log: dict[str, list[torch.Tensor]] = {}
+    n_steps = degenerate = 0
+    start = time.perf_counter()
+    for _ in tqdm(range(cfg.epochs), desc=f"{cfg.protocol}/{cfg.method}/seed{seed}", disable=not progress,
+                  leave=False):
+        for batch in proto.batches(gen):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", DegenerateSpectrumWarning)
+                grads, terms = step_gradients(proto, p, batch, cfg)
+            degenerate += int(any(issubclass(w.category, DegenerateSpectrumWarning) for w in caught))
+            for param in p.all():
+                param.grad = grads.get(id(param))
+            opt.step()
+            n_steps += 1
+        for term in terms:
+            term_log.setdefault(term.name, []).append(term.value.detach())
+        kappas.append(proto.monitor(p))
+    wall = time.perf_counter() - start
+    history = {"kappa_P": [float(a) for a, _ in kappas], "kappa_H": [float(b) for _, b in kappas]}
+    history.update({name: [float(v) for v in values] for name, values in term_log.items()})
+    to_np = lambda t: None if t is None else t.detach().cpu().numpy().astype(np.float64)
+    return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=history,
+                           wall_time_s=wall, n_steps=n_steps, degenerate_count=degenerate, method=cfg.method,
+                           protocol=cfg.protocol, seed=int(seed), device=str(device))

@@ -1,0 +1,125 @@
+"""The two condition-number definitions of Table 1 and the official code's regularizers r1, r2.
+
+kappa definitions (for a symmetric PSD ``H``, eigenvalues ``lambda_1 >= ... >= lambda_D >= 0``):
+
+* ``"pinv"`` (Eq. 1 with the pseudo-inverse): ``lambda_1 / lambda_k`` with ``lambda_k`` the smallest eigenvalue
+  above ``rtol * lambda_1``; the core's :func:`kappalab.condition_number` with ``psd=True``. Default
+  ``rtol = D * eps`` (NumPy's ``matrix_rank`` convention).
+* ``"shifted"`` (the authors' code): eigenvalues of ``H + shift I`` (``shift = 1e-6``), keep those ``> shift``,
+  ``kappa = max / min`` of the kept ones. An exact zero eigenvalue of H becomes ``shift + rounding``, and rounding
+  of a zero eigenvalue is about ``D * eps * lambda_1``, which for ``lambda_1 ~ 1e3`` is ~1e-11: a coin flip
+  decides whether a null direction is kept, and if it is, kappa jumps to ``~lambda_1 / shift``. Table 1's
+  sensitivity block exists to expose exactly that.
+
+Official regularizers (on a minibatch's ``S = Phi^T Phi``, ``D = S.shape[0]``; ``s_max``, ``s_min`` the largest
+and smallest kept eigenvalue of ``S + shift I`` as above):
+
+* ``r1(S) = s_max^2 / 2 - ||S||_F^2 / (2 D)``: the core's R_well formula with ``p = D`` (as in Eq. 3).
+* ``r2(S) = 1 / (||S||_F^2 / (2 D) - s_min^2 / 2)``: the core's R_ill formula, but with ``k = D`` (the dimension)
+  where Eq. 12 has ``k = rank(S)``. With rank(S) < D (always here: the features have rank 74 of 79) the
+  denominator is smaller than Eq. 12's by ``||S||_F^2 (1/(2 rank) - 1/(2 D))``, so r2 > R_ill, and its minimizer
+  is not Eq. 12's. Both are built from :func:`kappalab.regularizers.r_well_from_extremes` and
+  :func:`kappalab.regularizers.ill_denominator` (one specification of the formulas).
+
+Gradients flow through ``torch.linalg.eigvalsh`` (whose backward ``V diag(g) V^T`` has no eigen-gap division).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from kappalab.regularizers import condition_number, r_well_from_extremes, ill_denominator
+from kappalab.spectral import Extremes
+
+KappaDefinition = Literal["pinv", "shifted"]
+DEFAULT_SHIFT = 1e-6
+
+
+def default_rtol(dim: int) -> float:
+    """``D * eps(float64)``: the rank tolerance of the pinv kappa when ``rtol=None``."""
+    return dim * float(np.finfo(np.float64).eps)
+
+
+def kept_shifted(eigenvalues_of_shifted: object, shift: float) -> object:
+    """Boolean mask of the eigenvalues of ``H + shift I`` that the official code keeps (``> shift``)."""
+    return eigenvalues_of_shifted > shift
+
+
+def kappa_shifted(H: np.ndarray, shift: float = DEFAULT_SHIFT) -> float:
+    """The official code's kappa: ``max / min`` of the eigenvalues of ``H + shift I`` above ``shift``."""
+    if not shift > 0:
+        raise ValueError(f"shift must be > 0, got {shift!r}")
+    H = np.asarray(H, dtype=np.float64)
+    lam = np.linalg.eigvalsh(H + shift * np.eye(H.shape[0]))
+    kept = lam[kept_shifted(lam, shift)]
+    if kept.size == 0:
+        raise ValueError(f"H has no eigenvalue above the shift {shift:g} (it is zero to that tolerance)")
+    return float(kept.max() / kept.min())
+
+
+def kappa_pinv(H: np.ndarray, rtol: float | None = None) -> float:
+    """Eq. 1's kappa of a PSD ``H`` through the core (``rtol=None``: ``D * eps``)."""
+    H = np.asarray(H, dtype=np.float64)
+    rtol = default_rtol(H.shape[0]) if rtol is None else rtol
+    return float(condition_number(H, rtol, psd=True))
+
+
+def kappa(H: np.ndarray, definition: KappaDefinition, *, rtol: float | None = None,
+          shift: float = DEFAULT_SHIFT) -> float:
+    """kappa of a PSD ``H`` under ``definition`` ("pinv" or "shifted")."""
+    if definition == "pinv":
+        return kappa_pinv(H, rtol)
+    if definition == "shifted":
+        return kappa_shifted(H, shift)
+    raise ValueError(f"definition must be 'pinv' or 'shifted', got {definition!r}")
+
+
+# ---- differentiable (torch) versions used in training -----------------------------------------------------------
+
+def torch_extremes(S, definition: KappaDefinition, *, rtol: float | None = None, shift: float = DEFAULT_SHIFT,
+                   rank: int | None = None) -> Extremes:
+    """Differentiable ``s_max``, ``s_min`` and ``||S||_F^2`` of a symmetric PSD torch ``S`` as an
+    :class:`~kappalab.spectral.Extremes` (singular vectors are not needed by the scalar formulas: left None).
+
+    ``"pinv"``: eigenvalues of S, kept above ``rtol * s_max``; ``"shifted"``: eigenvalues of ``S + shift I``,
+    kept above ``shift``. ``rank`` overrides the ``k`` the formulas use (the official code: ``k = D``).
+    """
+    import torch
+
+    D = S.shape[0]
+    if definition == "shifted":
+        lam = torch.linalg.eigvalsh(S + shift * torch.eye(D, dtype=S.dtype, device=S.device))
+        threshold = torch.full((), shift, dtype=S.dtype, device=S.device)
+    elif definition == "pinv":
+        lam = torch.linalg.eigvalsh(S)
+        threshold = (default_rtol(D) if rtol is None else rtol) * lam[-1].detach()
+    else:
+        raise ValueError(f"definition must be 'pinv' or 'shifted', got {definition!r}")
+    keep = lam.detach() > threshold
+    k = keep.sum()
+    first = torch.argmax(keep.to(torch.int8))  # ascending order: first kept = smallest kept
+    s_min = lam[first]
+    s_km1 = lam[torch.clamp(first + 1, max=D - 1)]
+    k_used = k if rank is None else torch.full((), rank, dtype=torch.int64, device=S.device)
+    return Extremes(s_max=lam[-1], u_max=None, v_max=None, s_2=lam[-2], s_min=s_min, u_min=None, v_min=None,
+                    s_km1=s_km1, rank=k_used, fro2=(S * S).sum(), p=D, threshold=threshold)
+
+
+def torch_kappa(S, definition: KappaDefinition, *, rtol: float | None = None, shift: float = DEFAULT_SHIFT):
+    """Differentiable kappa of a symmetric PSD torch ``S`` (autograd through ``eigvalsh``): Opt-kappa's objective."""
+    e = torch_extremes(S, definition, rtol=rtol, shift=shift)
+    return e.s_max / e.s_min
+
+
+def official_r1(S, shift: float = DEFAULT_SHIFT):
+    """The official code's well-conditioning term ``s_max^2/2 - ||S||_F^2/(2D)`` (core R_well formula, p = D)."""
+    return r_well_from_extremes(torch_extremes(S, "shifted", shift=shift))
+
+
+def official_r2(S, shift: float = DEFAULT_SHIFT):
+    """The official code's ill-conditioning term ``1 / (||S||_F^2/(2D) - s_min^2/2)``: core R_ill denominator
+    with ``k = D`` (the dimension) instead of Eq. 12's ``k = rank(S)``."""
+    e = torch_extremes(S, "shifted", shift=shift, rank=S.shape[0])
+    return 1.0 / ill_denominator(e, check=False)

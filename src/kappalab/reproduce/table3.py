@@ -1,0 +1,335 @@
+"""``kappalab reproduce table3``: Table 3 and Figure 3 (immunizing deep nets), and their CPU-scale analogue.
+
+Modes:
+
+* ``--proxy`` (runs here): :class:`~kappalab.deep.model.SmallCNN` pre-trained on MNIST digits 0-4 (D_P) and
+  immunized against digits 5-9 (D_H) on the embedded MNIST subset; config ``experiments/configs/table3_proxy.json``;
+  writes ``runs.jsonl``, ``table.md``, ``figure3.png``/``.pdf`` under ``--out`` (default
+  ``docs/reproduction/table3``). ``--quick`` shrinks it to a CI smoke run (< 1 min; default ``--out``
+  ``results/table3_quick``). ``--calibrate`` prints the gradient norms at theta_0 behind the lambdas.
+* ``--arch resnet18|vit --harmful cars|country211 --imagenet DIR --harmful-dir DIR --weights FILE`` (the paper's
+  configuration; needs ``kappalab[deep]``, the data, the weights and a GPU; under ``torchrun`` the training is
+  data-parallel). Config ``table3_<arch>_<harmful>.json``; outputs under ``results/table3/<arch>_<harmful>``.
+
+Every (seed, method) is one record with provenance in an append-only ``runs.jsonl``; finished records are never
+redone, and an interrupted training resumes from its last epoch checkpoint (``--work``). Tables and the figure
+are rebuilt from the records alone (``--aggregate-only``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..deep.task import Task
+from ..deep import (METHOD_LABELS, METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig, SmallCNN,
+                    TrainConfig, accuracy, balanced_scale, extract_features, gradient_norms, immunize,
+                    linear_probe_curve, pretrain, rir_theta0)
+from ..errors import DegenerateSpectrumWarning
+from ..provenance import provenance
+from ..results import RunStore
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIG_DIR = ROOT / "experiments" / "configs"
+PAPER_TABLE3 = {  # Table 3 of the paper, ResNet18 / Cars and Country211: (i), (ii), RIR_theta0, D_P test acc.
+    "cars": {"rill_only": (1.878, 1.786, 1.057, 63.84), "imma": (0.866, 0.889, 0.974, 63.57),
+             "opt_kappa": (1.217, 0.798, 1.527, 63.65), "ours": (2.386, 0.699, 3.467, 62.36)},
+    "country211": {"rill_only": (20.727, 20.675, 1.038, 62.17), "imma": (0.791, 0.814, 0.972, 67.03),
+                   "opt_kappa": (1.538, 1.053, 1.472, 66.81), "ours": (3.287, 0.399, 8.714, 65.01)},
+}
+
+
+# ----------------------------------------------------------------------------------------------- configuration
+def load_config(name: str, quick: bool = False) -> dict[str, Any]:
+    """A Table 3 config (``experiments/configs/table3_<name>.json`` or a path) as one flat dict: top-level values,
+    ``choices`` values (their reasons under ``"reasons"``), and with ``quick`` the ``quick`` overrides."""
+    path = Path(name) if name.endswith(".json") else CONFIG_DIR / f"table3_{name}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"config {path} not found")
+    raw = json.loads(path.read_text())
+    cfg = {k: v for k, v in raw.items() if k not in ("choices", "quick", "reasons")}
+    reasons = dict(raw.get("reasons", {}))
+    for key, entry in raw.get("choices", {}).items():
+        cfg[key], reasons[key] = entry["value"], entry["reason"]
+    if quick:
+        over = dict(raw.get("quick", {}))
+        cfg.update(over.pop("choices", {}))
+        cfg.update(over)
+    cfg["reasons"], cfg["config_file"], cfg["quick"] = reasons, str(path.relative_to(ROOT) if path.is_relative_to(
+        ROOT) else path), quick
+    unknown = [m for m in cfg["methods"] if m not in METHODS]
+    if unknown:
+        raise ValueError(f"config {path}: unknown methods {unknown}; choose from {METHODS}")
+    return cfg
+
+
+def objective_config(cfg: dict[str, Any], harmful_classes: int) -> ObjectiveConfig:
+    """The :class:`ObjectiveConfig` of a loaded config."""
+    return ObjectiveConfig(lambda_P=cfg["lambda_P"], lambda_H=cfg["lambda_H"],
+                           lambda_kappa=cfg.get("lambda_kappa") or 0.0, lambda_imma=cfg.get("lambda_imma") or 0.0,
+                           imma_inner_steps=cfg["imma_inner_steps"], imma_inner_lr=cfg["imma_inner_lr"],
+                           harmful_classes=harmful_classes, label_smoothing=cfg["label_smoothing"],
+                           reg_rtol=cfg["reg_rtol"], on_degenerate=cfg["on_degenerate"])
+
+
+def train_config(cfg: dict[str, Any]) -> TrainConfig:
+    """The :class:`TrainConfig` of a loaded config."""
+    return TrainConfig(lr=cfg["eta"], momentum=cfg["momentum"], extractor_weight_decay=cfg["extractor_weight_decay"],
+                       classifier_weight_decay=cfg["classifier_weight_decay"], epochs=cfg["epochs"])
+
+
+# ------------------------------------------------------------------------------------------------ a task's data
+def _split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    perm = np.random.default_rng(seed).permutation(n)
+    n_test = int(round(test_fraction * n))
+    return np.sort(perm[n_test:]), np.sort(perm[:n_test])
+
+
+def proxy_task(cfg: dict[str, Any], work: Path) -> Task:
+    """The CPU proxy: MNIST digits 0-4 vs 5-9 on the embedded subset, SmallCNN pre-trained per seed (cached)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from ..data.mnist import load_mnist, select_digits
+
+    data = load_mnist()
+    tensors = {}
+    for tag, digits in (("P", cfg["pretrain_digits"]), ("H", cfg["harmful_digits"])):
+        X, y = select_digits(data, digits, flatten=False)
+        y = np.searchsorted(np.asarray(sorted(digits)), y)  # labels 0..len(digits)-1
+        train, test = _split(len(y), cfg["test_fraction"], cfg["split_seed"])
+        cap = cfg.get("max_train_per_task")
+        train = train[:cap] if cap else train
+        for part, rows in (("train", train), ("test", test)):
+            tensors[tag, part] = (torch.as_tensor(X[rows][:, None]), torch.as_tensor(y[rows]))
+    n_P, n_H = len(cfg["pretrain_digits"]), len(cfg["harmful_digits"])
+
+    def loader(tag: str, seed: int, batch: int) -> DataLoader:
+        return DataLoader(TensorDataset(*tensors[tag, "train"]), batch_size=batch, shuffle=True,
+                          generator=torch.Generator().manual_seed(seed))
+
+    def theta0(seed: int) -> ImmunizableModel:
+        path = work / f"seed{seed}" / "theta0.pt"
+        torch.manual_seed(seed)
+        net = SmallCNN(n_P, width=cfg["width"])
+        if path.exists():
+            net.load_state_dict(torch.load(path, weights_only=True))
+        else:
+            pretrain(net, loader("P", seed, cfg["pretrain_batch_size"]), epochs=cfg["pretrain_epochs"],
+                     lr=cfg["pretrain_lr"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(net.state_dict(), path)
+        return net.split(ridge=cfg["dummy_ridge"], side=cfg["dummy_side"])
+
+    return Task(name=cfg["name"], theta0=theta0,
+                loaders=lambda seed: (loader("P", 1000 + seed, cfg["batch_size"]),
+                                      loader("H", 2000 + seed, cfg["batch_size"])),
+                rir_P=tensors["P", "train"][0], rir_H=tensors["H", "train"][0], test_P=tensors["P", "test"],
+                probe=(tensors["H", "train"], tensors["H", "test"]), harmful_classes=n_H, device="cpu",
+                data_label=data.source_label + f" digits {cfg['pretrain_digits']} vs {cfg['harmful_digits']}")
+
+
+# ------------------------------------------------------------------------------------------- the generic loop
+def _calibration(task: Task, model: ImmunizableModel, cfg: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Mean gradient norms of every term at theta_0 over ``calibration_batches`` batch pairs, and the balanced
+    lambdas (tied extreme eigenvalues of a batch's H~ are counted, not printed)."""
+    batches = int(cfg.get("calibration_batches", 5))
+    obj = objective_config(cfg, task.harmful_classes)
+    pairs = list(zip(range(batches), CombinedLoader(*task.loaders(seed), epoch_on="longer")))
+    norms: dict[str, list[float]] = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DegenerateSpectrumWarning)
+        for method in METHODS:
+            for _, (bP, bH) in pairs:
+                for k, v in gradient_norms(model, method, bP, bH, obj, task.device).items():
+                    norms.setdefault(k, []).append(v)
+    for w in caught:
+        if not issubclass(w.category, DegenerateSpectrumWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    mean = {k: float(np.mean(v)) for k, v in norms.items()}
+    weight_of = {"r_well": "lambda_P", "r_ill": "lambda_H", "kappa_gap": "lambda_kappa", "harmful": "lambda_imma"}
+    ties = sum(issubclass(w.category, DegenerateSpectrumWarning) for w in caught)
+    return {"grad_norms": mean, "batches": batches, "degenerate_batches": ties,
+            "balanced": {weight_of[k]: balanced_scale(mean["task"], v) for k, v in mean.items() if k != "task"}}
+
+
+def evaluate(task: Task, model: ImmunizableModel, reference: ImmunizableModel | None, cfg: dict[str, Any],
+             seed: int) -> dict[str, Any]:
+    """D_P test accuracy, Figure 3's probe curve, and (with a reference theta_0) Eq. 17 exact and estimated."""
+    (Xtr, ytr), (Xte, yte) = task.probe
+    F_tr, F_te = extract_features(model, Xtr, task.device), extract_features(model, Xte, task.device)
+    out: dict[str, Any] = {
+        "dp_test_acc": accuracy(model, task.test_P, task.device),
+        "probe_curve": linear_probe_curve(F_tr, ytr.to(task.device), F_te, yte.to(task.device),
+                                          epochs=cfg["probe_epochs"], num_classes=task.harmful_classes,
+                                          step=cfg["probe_step"]),
+    }
+    if reference is not None:
+        feats = [extract_features(m, X, task.device) for X in (task.rir_H, task.rir_P) for m in (model, reference)]
+        r = rir_theta0(*feats, groups=cfg["rir_groups"], group_size=cfg["rir_group_size"], seed=seed)
+        out["rir"] = asdict(r)
+    return out
+
+
+def run_task(task: Task, cfg: dict[str, Any], store: RunStore, work: Path, seeds: list[int], methods: list[str]
+             ) -> None:
+    """Run every missing (seed, method) record of ``task`` (plus one ``init`` record per seed)."""
+    from tqdm.auto import tqdm
+
+    done = store.done_keys()
+    todo = [(s, m) for s in seeds for m in ["init", *methods] if f"{task.name}/seed{s}/{m}" not in done]
+    for seed, method in tqdm(todo, desc=f"table3 {task.name}"):
+        key, t0 = f"{task.name}/seed{seed}/{method}", time.perf_counter()
+        base = task.theta0(seed)
+        record: dict[str, Any] = {"key": key, "task": task.name, "seed": seed, "method": method}
+        if method == "init":
+            record["calibration"] = _calibration(task, base, cfg, seed)
+            record.update(evaluate(task, base, None, cfg, seed))
+        else:
+            model = copy.deepcopy(base)
+            torch.manual_seed(seed)
+            loader = CombinedLoader(*task.loaders(seed), epoch_on=cfg["epoch_on"])
+            record["history"] = immunize(model, method, loader, objective_config(cfg, task.harmful_classes),
+                                         train_config(cfg), device=task.device,
+                                         checkpoint=work / f"seed{seed}" / f"{method}.pt")
+            record.update(evaluate(task, model, base, cfg, seed))
+        record["wall_s"] = time.perf_counter() - t0
+        record["provenance"] = provenance(seed, cfg, device=task.device, dtype="float64", data_label=task.data_label)
+        store.append(record)
+
+
+# ------------------------------------------------------------------------------------------ table and figure
+def _ms(values: list[float], fmt: str = "{:.3f}") -> str:
+    a = np.asarray(values, dtype=float)
+    return (fmt + " ± " + fmt).format(a.mean(), a.std(ddof=1)) if len(a) > 1 else fmt.format(a.mean())
+
+
+def aggregate(records: list[dict[str, Any]], out: Path, title: str) -> str:
+    """``table.md`` and ``figure3.png``/``.pdf`` from the records alone; returns the table's markdown."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault(r["method"], []).append(r)
+    seeds = sorted({r["seed"] for r in records})
+    lines = [f"### {title.replace(chr(10), '; ')}", "", f"Seeds: {seeds} (mean ± sample std over seeds). Eq. 17 estimated as in the paper "
+             "(mean over random groups of training samples) and exact (all training samples at once).", "",
+             "| Method | (i) ↑ est. | (ii) ↓ est. | RIR_θ0 ↑ est. | (i) exact | (ii) exact | RIR_θ0 exact | "
+             "D_P test acc. (%) | wall (s) |", "|---|---|---|---|---|---|---|---|---|"]
+    if "init" in by:
+        lines.append(f"| Init. θ0 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | "
+                     f"{_ms([100 * r['dp_test_acc'] for r in by['init']], '{:.2f}')} | "
+                     f"{_ms([r['wall_s'] for r in by['init']], '{:.0f}')} |")
+    for m in METHODS:
+        if m not in by:
+            continue
+        rs, g = by[m], (lambda k: [r["rir"][k] for r in by[m]])
+        lines.append(f"| {METHOD_LABELS[m]} | {_ms(g('est_i'))} | {_ms(g('est_ii'))} | {_ms(g('est_rir'))} | "
+                     f"{_ms(g('exact_i'))} | {_ms(g('exact_ii'))} | {_ms(g('exact_rir'))} | "
+                     f"{_ms([100 * r['dp_test_acc'] for r in rs], '{:.2f}')} | {_ms([r['wall_s'] for r in rs], '{:.0f}')} |")
+    table = "\n".join(lines) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(table)
+    _figure(by, out, title)
+    return table
+
+
+def _figure(by: dict[str, list[dict[str, Any]]], out: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for m in ["init", *METHODS]:
+        if m not in by:
+            continue
+        curves = 100 * np.asarray([r["probe_curve"] for r in by[m]])
+        x, mu, sd = np.arange(curves.shape[1]), curves.mean(0), curves.std(0)
+        ax.plot(x, mu, label="Init. θ0" if m == "init" else METHOD_LABELS[m], ls="--" if m == "init" else "-")
+        ax.fill_between(x, mu - sd, mu + sd, alpha=0.2)
+    ax.set_xlabel("linear-probing epochs (full-batch GD) on D_H")
+    ax.set_ylabel("D_H test accuracy (%)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(out / f"figure3.{ext}", dpi=150)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------- entry points
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kappalab reproduce table3", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--proxy", action="store_true", help="the CPU-scale MNIST analogue (runs here)")
+    p.add_argument("--quick", action="store_true", help="with --proxy: a < 1 min smoke run")
+    p.add_argument("--calibrate", action="store_true", help="print gradient norms at theta_0 and balanced lambdas")
+    p.add_argument("--aggregate-only", action="store_true", help="rebuild table and figure from the records")
+    p.add_argument("--arch", choices=["resnet18", "vit"])
+    p.add_argument("--harmful", choices=["cars", "country211"])
+    p.add_argument("--imagenet", help="ImageNet-1k root with train/ and val/ class folders")
+    p.add_argument("--harmful-dir", help="Stanford Cars or Country211 root with train/ and test/ class folders")
+    p.add_argument("--weights", help="local timm state dict (.safetensors or .pth/.bin) of the model")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--config", help="config name or path (default: from the mode)")
+    p.add_argument("--seeds", type=int, nargs="+", help="override the config's seeds")
+    p.add_argument("--methods", nargs="+", choices=METHODS, help="override the config's methods")
+    p.add_argument("--out", help="folder for runs.jsonl, table.md, figure3.png/pdf")
+    p.add_argument("--work", help="folder for checkpoints (default: results/table3/<name>/work)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring)."""
+    args = _parser().parse_args(argv)
+    if args.proxy == bool(args.arch):
+        print("kappalab reproduce table3: give either --proxy or --arch/--harmful (see --help)", file=sys.stderr)
+        return 2
+    if args.quick and not args.proxy:
+        print("kappalab reproduce table3: --quick needs --proxy", file=sys.stderr)
+        return 2
+    torch.set_default_dtype(torch.float64)
+    if args.proxy:
+        cfg = load_config(args.config or "proxy", quick=args.quick)
+        default_out = ROOT / ("results/table3_quick" if args.quick else "docs/reproduction/table3")
+        title = ("CPU-scale analogue (SmallCNN, MNIST subset 0-4 vs 5-9)" + (" [quick]" if args.quick else "")
+                 + "\nnot the paper's experiment")
+    else:
+        if not args.harmful:
+            print("kappalab reproduce table3: --arch needs --harmful", file=sys.stderr)
+            return 2
+        cfg = load_config(args.config or f"{args.arch}_{args.harmful}")
+        default_out = ROOT / "results" / "table3" / cfg["name"]
+        title = f"{cfg['timm_name']}, ImageNet-1k vs {args.harmful}"
+    out = Path(args.out) if args.out else default_out
+    work = Path(args.work) if args.work else ROOT / "results" / "table3" / (cfg["name"] + ("_quick" if args.quick
+                                                                                              else "")) / "work"
+    seeds, methods = args.seeds or cfg["seeds"], args.methods or cfg["methods"]
+    store = RunStore(out / "runs.jsonl")
+    if not args.aggregate_only:
+        if args.proxy:
+            task = proxy_task(cfg, work)
+        else:
+            from ..deep.paper import paper_task
+
+            task = paper_task(cfg, args, work)
+        if args.calibrate:
+            print(json.dumps(_calibration(task, task.theta0(seeds[0]), cfg, seeds[0]), indent=2))
+            return 0
+        t0 = time.perf_counter()
+        run_task(task, cfg, store, work, seeds, methods)
+        print(f"table3 {cfg['name']}: runs finished in {time.perf_counter() - t0:.0f} s this call")
+    records = [r for r in store.records() if r["seed"] in seeds]
+    if not records:
+        print(f"no records in {store.path}", file=sys.stderr)
+        return 1
+    print(aggregate(records, out, title))
+    return 0

@@ -1,0 +1,200 @@
+"""A generic resumable sweep: run many independent jobs, store each result the moment it finishes.
+
+A sweep is a list of :class:`Job` (a unique string ``key`` plus JSON-able ``params``) and a *worker*: a picklable
+module-level function ``worker(params) -> dict``. :func:`run_sweep`
+
+* skips every job whose key is already in the :class:`~kappalab.results.RunStore` (so a killed or crashed sweep
+  restarts where it stopped, and never redoes or loses a finished run),
+* runs the rest in this process (``workers=1``) or in a ``multiprocessing`` pool of ``workers`` processes
+  (``spawn`` start method, each limited to ONE thread for torch/BLAS/OpenMP so that N workers use N cores),
+* appends one record per finished job from the parent process only (a single writer: no interleaved lines),
+  with the fields ``key``, ``params``, ``result`` (what the worker returned), ``wall_time_s`` and ``pid``,
+* shows a tqdm bar whose ETA counts only the jobs run in this session (the already-done ones are its
+  ``initial`` and do not inflate the rate).
+
+A worker that raises stops the sweep: the pool is terminated, the records of the jobs that finished before are
+kept, and :class:`SweepError` names the failing key; fixing the cause and running again resumes. Large arrays
+belong in files the worker writes itself (e.g. :func:`kappalab.results.save_array` under a folder passed in
+``params``) BEFORE it returns; a file without a record is simply rewritten when the job reruns.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from kappalab.results import RunStore, to_jsonable
+
+Worker = Callable[[dict[str, Any]], dict[str, Any]]
+
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+class SweepError(RuntimeError):
+    """A job's worker raised; ``key`` names it and ``remote_traceback`` is the worker's traceback."""
+
+    def __init__(self, key: str, message: str, remote_traceback: str) -> None:
+        super().__init__(f"sweep job {key!r} failed: {message}\n--- worker traceback ---\n{remote_traceback}")
+        self.key, self.remote_traceback = key, remote_traceback
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of a sweep: ``key`` (unique, stable across restarts) and the worker's ``params``."""
+
+    key: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """What one call of :func:`run_sweep` did."""
+
+    total: int  #: jobs in the sweep
+    skipped: int  #: already in the store when the call started
+    completed: int  #: finished and stored by this call
+    wall_time_s: float  #: wall time of this call
+    run_times_s: tuple[float, ...]  #: wall time of each job completed by this call (inside the worker)
+
+
+def limit_threads(n: int = 1) -> None:
+    """Limit torch, BLAS and OpenMP in THIS process to ``n`` threads (environment variables for libraries
+    loaded later, threadpoolctl and torch for those already loaded)."""
+    for name in THREAD_ENV:
+        os.environ[name] = str(n)
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(n)
+    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+        pass
+    import sys
+
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        torch.set_num_threads(n)
+
+
+def _init_worker(threads: int) -> None:
+    limit_threads(threads)
+
+
+def _call(worker: Worker, job: Job) -> tuple[str, bool, Any, float, int]:
+    """Run one job; never raises (errors come back as data, so the parent can name the key)."""
+    start = time.perf_counter()
+    try:
+        result = worker(dict(job.params))
+        if not isinstance(result, dict):
+            raise TypeError(f"worker must return a dict, got {type(result).__name__}")
+        return job.key, True, to_jsonable(result), time.perf_counter() - start, os.getpid()
+    except Exception as error:  # noqa: BLE001 - reported to the parent with its traceback
+        return job.key, False, (f"{type(error).__name__}: {error}", traceback.format_exc()), \
+            time.perf_counter() - start, os.getpid()
+
+
+def _check_jobs(jobs: Sequence[Job]) -> None:
+    seen: set[str] = set()
+    for job in jobs:
+        if not isinstance(job, Job):
+            raise TypeError(f"jobs must be kappalab.sweep.Job instances, got {type(job).__name__}")
+        if not isinstance(job.key, str) or not job.key:
+            raise ValueError(f"every job needs a non-empty string key, got {job.key!r}")
+        if job.key in seen:
+            raise ValueError(f"jobs: duplicate key {job.key!r}")
+        seen.add(job.key)
+
+
+def run_sweep(jobs: Sequence[Job], worker: Worker, store: RunStore | str | os.PathLike[str], *,
+              workers: int = 1, threads_per_worker: int = 1, progress: bool = True, desc: str = "sweep",
+              extra_record: Callable[[Job], dict[str, Any]] | None = None) -> SweepSummary:
+    """Run every job not yet stored; see the module docstring.
+
+    Args:
+        jobs: the whole sweep (done jobs included: they are skipped by key).
+        worker: module-level function ``params -> dict`` (must be picklable for ``workers > 1``).
+        store: a RunStore or the path of its JSONL file.
+        workers: processes; 1 runs in this process (its thread count is then left alone).
+        threads_per_worker: torch/BLAS threads of each pool process.
+        progress: show a tqdm bar.
+        desc: the bar's label.
+        extra_record: optional ``job -> dict`` merged into each stored record (e.g. provenance).
+    """
+    _check_jobs(jobs)
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if not isinstance(threads_per_worker, int) or threads_per_worker < 1:
+        raise ValueError(f"threads_per_worker must be a positive integer, got {threads_per_worker!r}")
+    store = store if isinstance(store, RunStore) else RunStore(store)
+    done = store.done_keys()
+    pending = [job for job in jobs if job.key not in done]
+    by_key = {job.key: job for job in pending}
+    start = time.perf_counter()
+    times: list[float] = []
+    bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), desc=desc, disable=not progress,
+               unit="run", dynamic_ncols=True)
+
+    def record(outcome: tuple[str, bool, Any, float, int]) -> None:
+        key, ok, payload, seconds, pid = outcome
+        if not ok:
+            raise SweepError(key, payload[0], payload[1])
+        job = by_key[key]
+        entry = {"key": key, "params": job.params, "result": payload, "wall_time_s": seconds, "pid": pid}
+        if extra_record is not None:
+            entry.update(extra_record(job))
+        store.append(entry)
+        times.append(seconds)
+        bar.update(1)
+
+    try:
+        if workers == 1 or len(pending) <= 1:
+            for job in pending:
+                record(_call(worker, job))
+        else:
+            _run_pool(pending, worker, min(workers, len(pending)), threads_per_worker, record)
+    finally:
+        bar.close()
+    return SweepSummary(len(jobs), len(jobs) - len(pending), len(times), time.perf_counter() - start,
+                        tuple(times))
+
+
+def _run_pool(pending: Iterable[Job], worker: Worker, workers: int, threads: int,
+              record: Callable[[tuple[str, bool, Any, float, int]], None]) -> None:
+    """Pool of spawned processes; results are recorded in completion order; the pool dies on the first error."""
+    saved = {name: os.environ.get(name) for name in THREAD_ENV}
+    for name in THREAD_ENV:  # spawned children read these before importing torch / numpy
+        os.environ[name] = str(threads)
+    try:
+        ctx = mp.get_context("spawn")
+        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(threads,))
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    try:
+        for outcome in pool.imap_unordered(_CallJob(worker), list(pending), chunksize=1):
+            record(outcome)
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+
+
+class _CallJob:
+    """Picklable ``job -> _call(worker, job)`` (a lambda or closure would not pickle under spawn)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def __call__(self, job: Job) -> tuple[str, bool, Any, float, int]:
+        return _call(self.worker, job)

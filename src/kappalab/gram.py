@@ -10,11 +10,21 @@ nonzero eigenvalue, so the rank ``k`` is counted exactly (with H's rank threshol
 Gram matrix's ``N * eps * s_max``), and H is never formed. ``||H||_F^2 = ||F F^T||_F^2``. When ``N >= D`` H is
 formed (``D x D`` is then the smaller matrix) and :func:`kappalab.spectral.psd_extremes` is used.
 
-Gradients. With ``G = grad_H R(H)`` (symmetric), ``grad_theta R(H(theta)) = 2 X^T (F G)``. Both closed forms
-``G = s v v^T - H / c`` (``c = p`` for R_well, ``c = k`` and a factor ``1/d^2`` for R_ill) are linear in the
-pair ``(v v^T, H)``, so ``F G`` is the same formula with ``u := F v`` and ``S := F H = (F F^T) F``:
-``F G = s (F v) v^T - (F F^T) F / c``. We evaluate it with the core's ``grad_*_from_extremes`` functions on
-those arguments (one specification), in ``O(N^2 D + N D_in D)`` instead of ``O(D^3)``.
+Gradients. With ``G = grad_H R(H)`` (symmetric), ``grad_theta R(H(theta)) = 2 X^T (F G) = 2 K theta G``. Both
+closed forms ``G = s v v^T - H / c`` (``c = p`` for R_well, ``c = k`` and a factor ``1/d^2`` for R_ill) are
+linear in the pair ``(v v^T, H)``, so for any matrix ``B``, ``B G`` is the same formula with ``u := B v`` and
+``S := B H``. We evaluate it with the core's ``grad_*_from_extremes`` functions on those arguments (one
+specification), with ``B = X^T F = K theta``:
+
+* ``N < D`` (Gram route): ``u := X^T (F v)`` (matrix-vector products) and ``S := X^T ((F F^T) F)``, so no
+  ``D x D`` matrix other than the two gradients is formed; ``O(N D_in D + N^2 D)``.
+* ``N >= D``: ``S := (X^T F) H`` with ``H = F^T F``.
+* from the covariance (:func:`regularizers_from_covariance`): ``M = K theta``, ``H = theta^T M``,
+  ``S := M H``.
+
+``S`` is the only large product and it is shared by both gradients: value and gradient of R_well AND R_ill
+cost one product more than ``H`` itself (not two). ``F F^T`` and ``F^T F`` are formed by the symmetric
+rank-k update (BLAS ``syrk``: half the flops of a general product) for NumPy input.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
-from ._backend import Array, eps, namespace
+from ._backend import Array, eps, is_torch, namespace
 from .regularizers import (grad_r_ill_from_extremes, grad_r_well_from_extremes, r_ill_from_extremes,
                            r_well_from_extremes)
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique
@@ -31,6 +41,22 @@ from .validation import matrix, same_kind
 
 def _sym(A: Array) -> Array:
     return 0.5 * (A + A.T)
+
+
+def _syrk(F: Array, outer: bool) -> Array:
+    """``F F^T`` (``outer=True``) or ``F^T F``, exactly symmetric. NumPy float32/float64: one BLAS ``syrk``
+    (the upper triangle only, half the flops of a general product), mirrored; otherwise ``_sym(F @ F^T)``."""
+    if is_torch(F) or F.dtype.char not in "fd":
+        return _sym(F @ F.T) if outer else _sym(F.T @ F)
+    import numpy as np
+    from scipy.linalg.blas import get_blas_funcs
+
+    syrk = get_blas_funcs("syrk", (F,))
+    Ft = np.ascontiguousarray(F).T  # Fortran-ordered view: no copy inside the wrapper
+    C = syrk(1.0, Ft, trans=1 if outer else 0, lower=0)  # Ft^T Ft = F F^T, resp. Ft Ft^T = F^T F
+    upper = np.triu(C)
+    upper += np.triu(C, 1).T
+    return upper
 
 
 def uses_gram_route(F: Array) -> bool:
@@ -48,8 +74,8 @@ def feature_extremes(F: object, *, rtol: float | None = None, solver: str = "aut
     F = matrix(F, name, check=check)
     rtol = F.shape[1] * eps(F) if rtol is None else rtol
     if not uses_gram_route(F):
-        return psd_extremes(_sym(F.T @ F), rtol=rtol, solver=solver, check=check, name=f"{name}^T {name}")
-    return _extremes_from_gram(F, _sym(F @ F.T), rtol, solver, check, name)
+        return psd_extremes(_syrk(F, outer=False), rtol=rtol, solver=solver, check=check, name=f"{name}^T {name}")
+    return _extremes_from_gram(F, _syrk(F, outer=True), rtol, solver, check, name)
 
 
 def _extremes_from_gram(F: Array, FFt: Array, rtol: float, solver: str, check: bool, name: str) -> Extremes:
@@ -97,6 +123,47 @@ class FromData(NamedTuple):
     extremes: Extremes
 
 
+def _from_extremes(e: Extremes, B: Array, S: Array, which: tuple[str, ...], on_degenerate: DegeneratePolicy,
+                   gap_rtol: float | None, check: bool) -> FromData:
+    """Values and ``2 B G`` for both regularizers, from ``B`` applied to the extreme vectors and ``S = B H``
+    (``B`` is either a matrix or a function applying it to a ``D x 2`` block; see the module docstring)."""
+    xp = namespace(S)
+    need = [w for w in ("max", "min") if w in which]
+    if need:
+        BV = B(xp.stack([e.v_max, e.v_min], 1)) if callable(B) else B @ xp.stack([e.v_max, e.v_min], 1)
+        e_left = dataclasses.replace(e, u_max=BV[:, 0], u_min=BV[:, 1])
+    grads = {"max": None, "min": None}
+    for w, formula in (("max", grad_r_well_from_extremes), ("min", grad_r_ill_from_extremes)):
+        if w in which:
+            require_unique(e, w, on_degenerate, gap_rtol, "H(theta)")
+            kw = {} if w == "max" else {"check": check, "name": "H(theta)"}
+            grads[w] = _twice_formula(formula, e_left, w, S, kw)
+    r_ill_value = r_ill_from_extremes(e, check=check, name="H(theta)") if "min" in which else None
+    return FromData(r_well_from_extremes(e), r_ill_value, grads["max"], grads["min"], e)
+
+
+def _twice_formula(formula, e_left: Extremes, which: str, S: Array, kw: dict) -> Array:
+    """``2 * formula(e_left, S)``. NumPy float64/float32: the closed form is ``alpha u v^T + beta S``; its two
+    coefficients are read off ``formula`` itself on 1 x 1 arguments (one specification), and the ``D x D``
+    result is assembled in two passes (``beta S`` and an in-place BLAS rank-1 update ``ger``) instead of the
+    four temporaries of the generic expression. Other input: the generic expression."""
+    if is_torch(S) or S.dtype.char not in "fd" or S.ndim != 2:
+        return 2.0 * formula(e_left, S, **kw)
+    import numpy as np
+    from scipy.linalg.blas import get_blas_funcs
+
+    one, zero = np.ones(1, S.dtype), np.zeros(1, S.dtype)
+    uv = ("u_max", "v_max") if which == "max" else ("u_min", "v_min")
+    unit = dataclasses.replace(e_left, **{uv[0]: one, uv[1]: one})
+    alpha = 2.0 * float(formula(unit, zero[:, None], **kw)[0, 0])
+    null = dataclasses.replace(e_left, **{uv[0]: zero, uv[1]: zero})
+    beta = 2.0 * float(formula(null, one[:, None], **kw)[0, 0])
+    G = np.multiply(S, beta, dtype=S.dtype, order="C")  # C-ordered; G.T is its Fortran-ordered view
+    ger = get_blas_funcs("ger", (G,))
+    out = ger(alpha, getattr(e_left, uv[1]), getattr(e_left, uv[0]), a=G.T, overwrite_a=1)  # G^T += a v u^T
+    return out.T
+
+
 def regularizers_from_data(theta: object, X: object, *, rtol: float | None = None, solver: str = "auto",
                            on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None,
                            check: bool = True, which: tuple[str, ...] = ("max", "min")) -> FromData:
@@ -109,24 +176,38 @@ def regularizers_from_data(theta: object, X: object, *, rtol: float | None = Non
     F = X @ theta
     rtol = F.shape[1] * eps(F) if rtol is None else rtol
     if uses_gram_route(F):
-        FFt = _sym(F @ F.T)
+        FFt = _syrk(F, outer=True)
         e = _extremes_from_gram(F, FFt, rtol, solver, check, "F")
-        # F G = formula(u := F v, S := F H), with F H = (F F^T) F
-        e_left, S = dataclasses.replace(e, u_max=F @ e.v_max, u_min=F @ e.v_min), FFt @ F
+        # B = X^T F: B v = X^T (F v) and S = B H = X^T ((F F^T) F), never forming a D x D matrix
+        S = X.T @ (FFt @ F) if which else None
+        return _from_extremes(e, lambda V: X.T @ (F @ V), S, which, on_degenerate, gap_rtol, check)
+    H = _syrk(F, outer=False)
+    e = psd_extremes(H, rtol=rtol, solver=solver, check=check, name="H(theta)")
+    M = X.T @ F if which else None  # = K theta
+    return _from_extremes(e, M, M @ H if which else None, which, on_degenerate, gap_rtol, check)
+
+
+def regularizers_from_covariance(theta: object, K: object, *, rtol: float | None = None, solver: str = "auto",
+                                 tracker: object | None = None, on_degenerate: DegeneratePolicy = "raise",
+                                 gap_rtol: float | None = None, check: bool = True,
+                                 which: tuple[str, ...] = ("max", "min")) -> FromData:
+    """As :func:`regularizers_from_data`, from the covariance ``K = X^T X`` (``D_in x D_in``).
+
+    Products: ``M = K theta``, ``H = theta^T M`` and ``S = M H`` (shared by both gradients: Thm 4.2 gives
+    ``2 M G = 2 formula(u := M v, S := M H)``). The spectrum comes from ``psd_extremes(H, solver=solver)``, or
+    from ``tracker`` (a :class:`kappalab.tracker.ExtremeTracker`, warm-started across calls; its own ``rtol``
+    applies) when given. Equal to :func:`kappalab.linear.grad_theta_r_well` / ``grad_theta_r_ill``.
+    """
+    from .linear import _theta_and_K
+
+    theta, K = _theta_and_K(theta, K, check)
+    M = K @ theta
+    H = _sym(theta.T @ M)
+    if tracker is not None:
+        e = tracker(H, check=check, name="H(theta)")
     else:
-        S = _sym(F.T @ F)
-        e = e_left = psd_extremes(S, rtol=rtol, solver=solver, check=check, name="H(theta)")
-    grads = {}
-    for w, formula in (("max", grad_r_well_from_extremes), ("min", grad_r_ill_from_extremes)):
-        if w not in which:
-            grads[w] = None
-            continue
-        require_unique(e, w, on_degenerate, gap_rtol, "H(theta)")
-        kw = {} if w == "max" else {"check": check, "name": "H(theta)"}
-        G = formula(e_left, S, **kw)
-        grads[w] = 2.0 * (X.T @ (G if e_left is not e else F @ G))
-    r_ill_value = r_ill_from_extremes(e, check=check, name="H(theta)") if "min" in which else None
-    return FromData(r_well_from_extremes(e), r_ill_value, grads["max"], grads["min"], e)
+        e = psd_extremes(H, rtol=rtol, solver=solver, check=check, name="H(theta)")
+    return _from_extremes(e, M, M @ H if which else None, which, on_degenerate, gap_rtol, check)
 
 
 def grad_theta_r_well_from_data(theta: object, X: object, *, rtol: float | None = None, solver: str = "auto",

@@ -233,9 +233,18 @@ def extremes_from_pairs(top: tuple[Array, Array], bottom: tuple[Array, Array], A
     ex = Extremes(
         s_max=s_max, u_max=t_vec[:, 0], v_max=t_vec[:, 0], s_2=t_val[1],
         s_min=b_val[0], u_min=b_vec[:, 0], v_min=b_vec[:, 0], s_km1=b_val[1],
-        rank=rank, fro2=(A * A).sum() if fro2 is None else fro2, p=n, threshold=threshold,
+        rank=rank, fro2=_fro2(A) if fro2 is None else fro2, p=n, threshold=threshold,
     )
     return ex, b_val[0]
+
+
+def _fro2(A: Array) -> Array:
+    """``||A||_F^2``: for a contiguous NumPy array one BLAS dot over the data (no ``n x n`` temporary)."""
+    import numpy as np
+
+    if not is_torch(A) and A.flags.c_contiguous:
+        return np.vdot(A, A)
+    return (A * A).sum()
 
 
 def _subset_extremes(A: Array, rtol: float) -> tuple[Extremes, Array] | None:

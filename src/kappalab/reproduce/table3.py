@@ -7,6 +7,9 @@ Modes:
   writes ``runs.jsonl``, ``table.md``, ``figure3.png``/``.pdf`` under ``--out`` (default
   ``docs/reproduction/table3``). ``--quick`` shrinks it to a CI smoke run (< 1 min; default ``--out``
   ``results/table3_quick``). ``--calibrate`` prints the gradient norms at theta_0 behind the lambdas.
+  ``--search`` runs Appendix C.2's selection of the lambdas and epochs on a train/validation split of the training
+  data (config block ``search``; :func:`run_search`, :mod:`kappalab.deep.search`), writing ``search.jsonl``,
+  ``search.md`` and ``search_selected.json``; the selected values are then entered in the config by hand.
 * ``--arch resnet18|vit --harmful cars|country211 --imagenet DIR --harmful-dir DIR --weights FILE`` (the paper's
   configuration; needs ``kappalab[deep]``, the data, the weights and a GPU; under ``torchrun`` the training is
   data-parallel). Config ``table3_<arch>_<harmful>.json``; outputs under ``results/table3/<arch>_<harmful>``.
@@ -64,6 +67,8 @@ def load_config(name: str, quick: bool = False) -> dict[str, Any]:
     if quick:
         over = dict(raw.get("quick", {}))
         cfg.update(over.pop("choices", {}))
+        if "search" in over and "search" in cfg:
+            cfg["search"] = {**cfg["search"], **over.pop("search")}
         cfg.update(over)
     cfg["reasons"], cfg["config_file"], cfg["quick"] = reasons, str(path.relative_to(ROOT) if path.is_relative_to(
         ROOT) else path), quick
@@ -82,10 +87,11 @@ def objective_config(cfg: dict[str, Any], harmful_classes: int) -> ObjectiveConf
                            reg_rtol=cfg["reg_rtol"], on_degenerate=cfg["on_degenerate"])
 
 
-def train_config(cfg: dict[str, Any]) -> TrainConfig:
-    """The :class:`TrainConfig` of a loaded config."""
+def train_config(cfg: dict[str, Any], method: str | None = None) -> TrainConfig:
+    """The :class:`TrainConfig` of a loaded config (``method_epochs[method]`` overrides ``epochs`` when given)."""
+    epochs = (cfg.get("method_epochs") or {}).get(method, cfg["epochs"])
     return TrainConfig(lr=cfg["eta"], momentum=cfg["momentum"], extractor_weight_decay=cfg["extractor_weight_decay"],
-                       classifier_weight_decay=cfg["classifier_weight_decay"], epochs=cfg["epochs"])
+                       classifier_weight_decay=cfg["classifier_weight_decay"], epochs=epochs)
 
 
 # ------------------------------------------------------------------------------------------------ a task's data
@@ -95,8 +101,13 @@ def _split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndar
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
 
 
-def proxy_task(cfg: dict[str, Any], work: Path) -> Task:
-    """The CPU proxy: MNIST digits 0-4 vs 5-9 on the embedded subset, SmallCNN pre-trained per seed (cached)."""
+def proxy_task(cfg: dict[str, Any], work: Path, validation: float | None = None) -> Task:
+    """The CPU proxy: MNIST digits 0-4 vs 5-9 on the embedded subset, SmallCNN pre-trained per seed (cached).
+
+    With ``validation`` (a fraction) the training rows of each task are split again (seed ``split_seed + 1``)
+    into a smaller training set and a validation set, and the task is built on those: theta_0 is pre-trained and
+    immunized on the smaller training set, and ``test_P``, ``rir_P``/``rir_H`` and the probe's test half are the
+    validation rows. The test split is not used (this is the ``--search`` mode's task)."""
     from torch.utils.data import DataLoader, TensorDataset
 
     from ..data.mnist import load_mnist, select_digits
@@ -109,6 +120,9 @@ def proxy_task(cfg: dict[str, Any], work: Path) -> Task:
         train, test = _split(len(y), cfg["test_fraction"], cfg["split_seed"])
         cap = cfg.get("max_train_per_task")
         train = train[:cap] if cap else train
+        if validation:
+            keep, val = _split(len(train), validation, cfg["split_seed"] + 1)
+            train, test = train[keep], train[val]  # "test" below is the validation split
         for part, rows in (("train", train), ("test", test)):
             tensors[tag, part] = (torch.as_tensor(X[rows][:, None]), torch.as_tensor(y[rows]))
     n_P, n_H = len(cfg["pretrain_digits"]), len(cfg["harmful_digits"])
@@ -130,10 +144,11 @@ def proxy_task(cfg: dict[str, Any], work: Path) -> Task:
             torch.save(net.state_dict(), path)
         return net.split(ridge=cfg["dummy_ridge"], side=cfg["dummy_side"])
 
+    rir = "test" if validation else "train"
     return Task(name=cfg["name"], theta0=theta0,
                 loaders=lambda seed: (loader("P", 1000 + seed, cfg["batch_size"]),
                                       loader("H", 2000 + seed, cfg["batch_size"])),
-                rir_P=tensors["P", "train"][0], rir_H=tensors["H", "train"][0], test_P=tensors["P", "test"],
+                rir_P=tensors["P", rir][0], rir_H=tensors["H", rir][0], test_P=tensors["P", "test"],
                 probe=(tensors["H", "train"], tensors["H", "test"]), harmful_classes=n_H, device="cpu",
                 data_label=data.source_label + f" digits {cfg['pretrain_digits']} vs {cfg['harmful_digits']}")
 
@@ -199,12 +214,172 @@ def run_task(task: Task, cfg: dict[str, Any], store: RunStore, work: Path, seeds
             torch.manual_seed(seed)
             loader = CombinedLoader(*task.loaders(seed), epoch_on=cfg["epoch_on"])
             record["history"] = immunize(model, method, loader, objective_config(cfg, task.harmful_classes),
-                                         train_config(cfg), device=task.device,
+                                         train_config(cfg, method), device=task.device,
                                          checkpoint=work / f"seed{seed}" / f"{method}.pt")
             record.update(evaluate(task, model, base, cfg, seed))
         record["wall_s"] = time.perf_counter() - t0
         record["provenance"] = provenance(seed, cfg, device=task.device, dtype="float64", data_label=task.data_label)
         store.append(record)
+
+
+# ------------------------------------------------------------------------------ the lambda / epoch search
+LAMBDA_OF = {"ours": ("lambda_H", "lambda_P"), "rill_only": ("lambda_H",), "opt_kappa": ("lambda_kappa",),
+             "imma": ("lambda_imma",)}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _search_candidate(task: Task, base: ImmunizableModel, ref_feats: tuple[torch.Tensor, torch.Tensor],
+                      cfg: dict[str, Any], method: str, lambdas: dict[str, float]) -> dict[str, Any]:
+    """Train one candidate for ``search.max_epochs`` epochs, recording validation metrics after every epoch."""
+    from ..errors import UndefinedRegularizerError
+
+    s = cfg["search"]
+    seed = s["seed"]
+    run_cfg = {**cfg, **lambdas, "epochs": s["max_epochs"], "method_epochs": None}
+    model = copy.deepcopy(base)
+    torch.manual_seed(seed)
+    epochs: list[dict[str, Any]] = []
+
+    def on_epoch_end(epoch: int, means: dict[str, float]) -> None:
+        F_H, F_P = (extract_features(model, X, task.device) for X in (task.rir_H, task.rir_P))
+        r = rir_theta0(F_H, ref_feats[0], F_P, ref_feats[1], groups=s["rir_groups"], group_size=s["rir_group_size"],
+                       seed=seed)
+        epochs.append({"epoch": epoch, "val_dp_acc": accuracy(model, task.test_P, task.device),
+                       "est_i": r.est_i, "est_ii": r.est_ii, "est_rir": r.est_rir, "exact_i": r.exact_i,
+                       "exact_ii": r.exact_ii, "exact_rir": r.exact_rir, "train_terms": means})
+
+    t0 = time.perf_counter()
+    diverged = None
+    try:
+        immunize(model, method, CombinedLoader(*task.loaders(seed), epoch_on=cfg["epoch_on"]),
+                 objective_config(run_cfg, task.harmful_classes), train_config(run_cfg), device=task.device,
+                 on_epoch_end=on_epoch_end, progress=False)
+    except (FloatingPointError, UndefinedRegularizerError, torch.linalg.LinAlgError) as err:
+        diverged = f"{type(err).__name__} after {len(epochs)} epoch(s): {str(err)[:200]}"
+    return {"method": method, "lambdas": lambdas, "epochs": epochs, "diverged": diverged,
+            "wall_s": time.perf_counter() - t0}
+
+
+def run_search(cfg: dict[str, Any], out: Path, work: Path) -> dict[str, Any]:
+    """Appendix C.2's selection of the lambdas and epochs on a validation split (see :mod:`kappalab.deep.search`).
+
+    Stages (every candidate one record in ``out/search.jsonl``; finished records are not redone):
+
+    1. ``ours_H``: Ours with lambda_P at its balanced scale(s), lambda_H over ``grid(scale_H, lambda_H_offsets)``
+       plus ``scale_H * 10^e`` for ``e`` in ``lambda_H_extra_offsets`` (stronger pulls of R_ill);
+    2. ``ours_P``: Ours at stage 1's selected lambda_H, lambda_P over the grid of every reading's scale;
+    3. ``rill_only``: R_ill Only at Ours' selected lambda_H (only its epochs are selected);
+    4. ``opt_kappa`` / ``imma``: their weight over ``grid(scale, lambda_*_offsets)``.
+
+    Returns (and writes to ``out/search_selected.json``) the selected lambdas and epochs per method."""
+    from ..deep.search import grid, scales, select
+
+    s = cfg["search"]
+    seed, mult = s["seed"], s["multipliers"]
+    task = proxy_task(cfg, work, validation=s["val_fraction"])
+    store = RunStore(out / "search.jsonl")
+    t_start = time.perf_counter()
+    base = task.theta0(seed)
+    ref = tuple(extract_features(base, X, task.device) for X in (task.rir_H, task.rir_P))
+    head_key = "search/init"
+    if head_key not in store.done_keys():
+        calib = _calibration(task, base, cfg, seed)
+        store.append({"key": head_key, "calibration": calib, "val_dp_acc": accuracy(base, task.test_P, task.device),
+                      "scales": {r: scales(calib["grad_norms"], r) for r in s["readings"]},
+                      "provenance": provenance(seed, cfg, device=task.device, dtype="float64",
+                                               data_label=task.data_label + " (train/validation split)")})
+    head = next(r for r in store.records() if r["key"] == head_key)
+    acc_floor = head["val_dp_acc"] - s["acc_tolerance"]
+    sc = head["scales"]
+    first = sc[s["readings"][0]]
+
+    def stage(name: str, method: str, cands: list[dict[str, float]]) -> list[dict[str, Any]]:
+        done = store.done_keys()
+        recs = []
+        for lam in cands:
+            key = f"search/{method}/" + ",".join(f"{k}={_fmt(v)}" for k, v in sorted(lam.items()))
+            if key not in done:
+                rec = _search_candidate(task, base, ref, cfg, method, lam)
+                rec.update(key=key, stage=name)
+                store.append(rec)
+                print(f"{key}: " + "; ".join(f"e{m['epoch']} RIR {m['est_rir']:.3f} (i) {m['est_i']:.3f} "
+                                             f"acc {m['val_dp_acc']:.3f}" for m in rec["epochs"])
+                      + (f" [{rec['diverged']}]" if rec["diverged"] else ""), flush=True)
+            if key not in [r["key"] for r in recs]:
+                recs.append(next(r for r in store.records() if r["key"] == key))
+        return recs
+
+    def best(recs: list[dict[str, Any]]) -> tuple[dict[str, Any], int] | None:
+        pick = select(recs, acc_floor)
+        return None if pick is None else (recs[pick[0]], pick[1])
+
+    selected: dict[str, Any] = {}
+    P_scales = sorted({sc[r]["lambda_P"] for r in s["readings"]})
+    H_vals = grid(first["lambda_H"], s["lambda_H_offsets"], mult) + [
+        float(f"{first['lambda_H'] * 10.0 ** e:.12g}") for e in s.get("lambda_H_extra_offsets", [])]
+    recs = stage("ours_H", "ours", [{"lambda_H": h, "lambda_P": p} for p in P_scales for h in H_vals])
+    pick = best(recs)
+    lam_H = pick[0]["lambdas"]["lambda_H"] if pick else first["lambda_H"]
+    P_vals = sorted({v for p in P_scales for v in grid(p, s["lambda_P_offsets"], mult)})
+    recs_P = stage("ours_P", "ours", [{"lambda_H": lam_H, "lambda_P": p} for p in P_vals])
+    pick = best(recs + recs_P)
+    if pick:
+        selected["ours"] = {**pick[0]["lambdas"], "epochs": pick[1], "val": pick[0]["epochs"][pick[1] - 1]}
+    lam_H = selected.get("ours", {}).get("lambda_H", lam_H)
+    for method, name, cands in (
+            ("rill_only", "rill_only", [{"lambda_H": lam_H}]),
+            ("opt_kappa", "opt_kappa", [{"lambda_kappa": v} for v in grid(first["lambda_kappa"],
+                                                                          s["lambda_kappa_offsets"], mult)]),
+            ("imma", "imma", [{"lambda_imma": v} for v in grid(first["lambda_imma"], s["lambda_imma_offsets"],
+                                                               mult)])):
+        if method not in cfg["methods"]:
+            continue
+        pick = best(stage(name, method, cands))
+        if pick:
+            selected[method] = {**pick[0]["lambdas"], "epochs": pick[1], "val": pick[0]["epochs"][pick[1] - 1]}
+    result = {"acc_floor": acc_floor, "theta0_val_dp_acc": head["val_dp_acc"], "scales": sc,
+              "selected": selected, "wall_s_this_call": time.perf_counter() - t_start}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "search_selected.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    (out / "search.md").write_text(search_table([r for r in store.records() if r["key"] != head_key], head,
+                                                acc_floor, selected))
+    return result
+
+
+def search_table(recs: list[dict[str, Any]], head: dict[str, Any], acc_floor: float,
+                 selected: dict[str, Any]) -> str:
+    """Markdown summary of the search: one row per candidate, at its best admissible epoch (or its last)."""
+    from ..deep.search import admissible
+
+    lines = ["Candidates in the order they ran (seed 0; training part 1600 images per task, validation 400; Eq. 17 "
+             "on the validation images, 20 groups of 100). Row: the candidate's best admissible epoch, or its last "
+             "epoch marked (n.a.) when no epoch is admissible.", "",
+             f"theta_0 D_P validation accuracy {100 * head['val_dp_acc']:.2f}%; admissible: D_P validation "
+             f"accuracy >= {100 * acc_floor:.2f}%. Gradient norms at theta_0: "
+             + ", ".join(f"{k} {v:.3g}" for k, v in sorted(head["calibration"]["grad_norms"].items()))
+             + ". Scales: " + "; ".join(f"{r}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(x.items()))
+                                         for r, x in head["scales"].items()), "",
+             "| stage | method | lambdas | best epoch | RIR est. (val) | (i) est. | (ii) est. | RIR exact (val) | "
+             "D_P val acc. (%) | RIR est. by epoch | wall (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        ok = [(e, m) for e, m in enumerate(r["epochs"], 1) if admissible(m, acc_floor)]
+        e, m = max(ok, key=lambda t: t[1]["est_rir"]) if ok else (len(r["epochs"]), r["epochs"][-1] if r["epochs"]
+                                                                    else None)
+        lam = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["lambdas"].items()))
+        sel = selected.get(r["method"])
+        mark = " **sel.**" if sel and all(sel.get(k) == v for k, v in r["lambdas"].items()) else ""
+        if m is None:
+            lines.append(f"| {r['stage']} | {METHOD_LABELS[r['method']]} | {lam} | - | diverged | | | | | | "
+                         f"{r['wall_s']:.0f} |")
+            continue
+        lines.append(f"| {r['stage']} | {METHOD_LABELS[r['method']]}{mark} | {lam} | {e}{'' if ok else ' (n.a.)'} | "
+                     f"{m['est_rir']:.4g} | {m['est_i']:.4g} | {m['est_ii']:.4g} | {m['exact_rir']:.4g} | "
+                     f"{100 * m['val_dp_acc']:.2f} | " + " ".join(f"{x['est_rir']:.3g}" for x in r["epochs"])
+                     + (" (diverged)" if r["diverged"] else "") + f" | {r['wall_s']:.0f} |")
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------------------------------ table and figure
@@ -234,6 +409,14 @@ def aggregate(records: list[dict[str, Any]], out: Path, title: str) -> str:
         lines.append(f"| {METHOD_LABELS[m]} | {_ms(g('est_i'))} | {_ms(g('est_ii'))} | {_ms(g('est_rir'))} | "
                      f"{_ms(g('exact_i'))} | {_ms(g('exact_ii'))} | {_ms(g('exact_rir'))} | "
                      f"{_ms([100 * r['dp_test_acc'] for r in rs], '{:.2f}')} | {_ms([r['wall_s'] for r in rs], '{:.0f}')} |")
+    conf = next((r["provenance"]["config"] for r in records if r["method"] != "init"), None)
+    if conf is not None:
+        weights = {"ours": ("lambda_H", "lambda_P"), "rill_only": ("lambda_H",), "opt_kappa": ("lambda_kappa",),
+                   "imma": ("lambda_imma",)}
+        ep = conf.get("method_epochs") or {}
+        lines += ["", "Settings: lr " + _fmt(conf["eta"]) + "; " + "; ".join(
+            f"{METHOD_LABELS[m]}: " + ", ".join(f"{w} = {_fmt(conf[w])}" for w in weights[m])
+            + f", {ep.get(m, conf['epochs'])} epochs" for m in METHODS if m in by) + "."]
     table = "\n".join(lines) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(table)
@@ -257,7 +440,9 @@ def _figure(by: dict[str, list[dict[str, Any]]], out: Path, title: str) -> None:
         ax.fill_between(x, mu - sd, mu + sd, alpha=0.2)
     ax.set_xlabel("linear-probing epochs (full-batch GD) on D_H")
     ax.set_ylabel("D_H test accuracy (%)")
-    ax.set_title(title, fontsize=9)
+    import textwrap
+
+    ax.set_title("\n".join(textwrap.fill(line, 75) for line in title.split("\n")), fontsize=8)
     ax.legend(fontsize=8)
     fig.tight_layout()
     for ext in ("png", "pdf"):
@@ -272,6 +457,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--proxy", action="store_true", help="the CPU-scale MNIST analogue (runs here)")
     p.add_argument("--quick", action="store_true", help="with --proxy: a < 1 min smoke run")
     p.add_argument("--calibrate", action="store_true", help="print gradient norms at theta_0 and balanced lambdas")
+    p.add_argument("--search", action="store_true",
+                   help="with --proxy: Appendix C.2's lambda/epoch search on a validation split (config 'search')")
     p.add_argument("--aggregate-only", action="store_true", help="rebuild table and figure from the records")
     p.add_argument("--arch", choices=["resnet18", "vit"])
     p.add_argument("--harmful", choices=["cars", "country211"])
@@ -301,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config or "proxy", quick=args.quick)
         default_out = ROOT / ("results/table3_quick" if args.quick else "docs/reproduction/table3")
         title = ("CPU-scale analogue (SmallCNN, MNIST subset 0-4 vs 5-9)" + (" [quick]" if args.quick else "")
-                 + "\nnot the paper's experiment")
+                 + (f", {cfg['label']}" if cfg.get("label") else "") + "\nnot the paper's experiment")
     else:
         if not args.harmful:
             print("kappalab reproduce table3: --arch needs --harmful", file=sys.stderr)
@@ -313,6 +500,18 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work) if args.work else ROOT / "results" / "table3" / (cfg["name"] + ("_quick" if args.quick
                                                                                               else "")) / "work"
     seeds, methods = args.seeds or cfg["seeds"], args.methods or cfg["methods"]
+    if args.search:
+        if not args.proxy or "search" not in cfg:
+            print("kappalab reproduce table3: --search needs --proxy and a config with a 'search' block",
+                  file=sys.stderr)
+            return 2
+        cfg["methods"] = methods
+        swork = Path(args.work) if args.work else ROOT / "results" / "table3" / (
+            cfg["name"] + "_search" + ("_quick" if args.quick else "")) / "work"
+        result = run_search(cfg, out, swork)
+        print(json.dumps({m: {k: v for k, v in x.items() if k != "val"} for m, x in result["selected"].items()},
+                         indent=2))
+        return 0
     store = RunStore(out / "runs.jsonl")
     if not args.aggregate_only:
         if args.proxy:

@@ -12,6 +12,18 @@ from __future__ import annotations
 
 import pytest
 
+# Load every BLAS/LAPACK now: threadpoolctl limits only libraries already loaded when ``threadpool_limits`` is
+# entered, and SciPy ships its own OpenBLAS (separate from NumPy's), imported lazily by kappalab. Without this,
+# a SciPy routine first called inside a timed region ran with the default thread count (measured: 10x slower
+# Cholesky on the loaded 2-core machine).
+import scipy.linalg  # noqa: E402,F401
+import scipy.sparse.linalg  # noqa: E402,F401
+
+try:
+    import torch  # noqa: F401
+except ImportError:  # pragma: no cover - torch is optional
+    pass
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kappalab benchmarks")

@@ -1,5 +1,10 @@
 """Timed benchmarks: ``pytest benchmarks --benchmark-only [--large] [--device cuda] --benchmark-json=out.json``.
 
+Shapes: D in {79, 512, 784} (default) and 2048 (``--large``) x N in {2D, D/4, 64}, all methods that apply; and the
+issue's goal shape D = 4096, N = 8192 (``--large -k D4096``) with only the methods marked ``goal`` (baseline, the
+naive / auto / warm-tracker steps and the warm solve alone; 3 rounds of about a minute). Only applicable
+(method, shape) pairs are generated, so nothing is skipped.
+
 Grouped by shape ``D{D}-N{N}``; each group holds ``baseline_products`` (the matrix products no method avoids),
 so ``benchmarks/report.py`` reports every method as a ratio to it within the same run. Every benchmark checks its
 answer against the float64 dense reference (the method's documented tolerance) and records the errors, dtype,

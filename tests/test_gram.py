@@ -73,3 +73,52 @@ def test_single_sample_has_rank_one(rng: np.random.Generator) -> None:
     e = feature_extremes(F)
     assert int(e.rank) == 1 and float(e.s_2) == 0.0
     np.testing.assert_allclose(e.s_max, F @ F.T)
+
+
+def test_covariance_route_equals_linear_module(rng: np.random.Generator) -> None:
+    """``regularizers_from_covariance`` (one shared product ``(K theta) H`` for both gradients) equals
+    :mod:`kappalab.linear`, with a dense solver and with the warm-started tracker over a few steps."""
+    from kappalab.gram import regularizers_from_covariance
+    from kappalab.tracker import ExtremeTracker
+
+    theta, X = _data(rng, 90, 40)
+    K = X.T @ X
+    tr = ExtremeTracker()
+    for step in range(3):
+        H = hessian(theta, K)
+        for kw in ({"solver": "eigh"}, {"solver": "tridiag"}, {"tracker": tr}):
+            r = regularizers_from_covariance(theta, K, **kw)
+            assert _rel(r.grad_well, grad_theta_r_well(theta, K)) <= 1e-10, (step, kw)
+            assert _rel(r.grad_ill, grad_theta_r_ill(theta, K)) <= 1e-10, (step, kw)
+            np.testing.assert_allclose(r.r_well, r_well(H, psd=True), rtol=1e-10)
+            np.testing.assert_allclose(r.r_ill, r_ill(H, psd=True), rtol=1e-10)
+        theta = theta - 1e-3 * rng.standard_normal(theta.shape) / np.sqrt(theta.shape[0])
+    assert tr.calls == 3 and tr.dense_solves == 1 and tr.fallbacks == 0
+
+
+def test_which_limits_the_work(rng: np.random.Generator) -> None:
+    from kappalab.gram import regularizers_from_covariance, regularizers_from_data
+
+    theta, X = _data(rng, 20, 50)
+    r = regularizers_from_data(theta, X, which=("min",))
+    assert r.grad_well is None and r.r_ill is not None
+    assert _rel(r.grad_ill, grad_theta_r_ill(theta, X.T @ X)) <= 1e-10
+    r = regularizers_from_covariance(theta, X.T @ X, which=("max",))
+    assert r.grad_ill is None and r.r_ill is None
+    assert _rel(r.grad_well, grad_theta_r_well(theta, X.T @ X)) <= 1e-10
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(7, 30), (30, 7)])
+def test_syrk_is_exactly_symmetric_and_equals_the_product(dtype, shape, rng: np.random.Generator) -> None:
+    from kappalab.gram import _syrk
+
+    F = rng.standard_normal(shape).astype(dtype)
+    for outer, ref in ((True, F @ F.T), (False, F.T @ F)):
+        C = _syrk(F, outer=outer)
+        assert C.dtype == dtype and C.flags.c_contiguous
+        assert np.array_equal(C, C.T)
+        np.testing.assert_allclose(C, ref, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                                   atol=1e-5 * float(np.abs(ref).max()) if dtype == np.float32 else 1e-12)
+    # non-contiguous input (a transposed view) takes the same route
+    np.testing.assert_allclose(_syrk(np.asfortranarray(F), outer=True), F @ F.T, rtol=1e-5, atol=1e-4)

@@ -65,3 +65,27 @@ def test_tracker_accepts_torch(rng: np.random.Generator) -> None:
         e = tr(torch.as_tensor(H))
         assert isinstance(e.s_min, torch.Tensor)
         np.testing.assert_allclose(e.s_min.numpy(), psd_extremes(H).s_min, rtol=1e-8)
+
+
+def test_shift_inside_the_spectrum_is_moved_out(rng: np.random.Generator) -> None:
+    """A shift that lands inside the spectrum makes the Cholesky factorization fail; the margin grows tenfold
+    until the shifted matrix is positive definite (sigma beyond the extreme eigenvalue)."""
+    from kappalab.tracker import _shifted_cholesky
+
+    H = next(_steps(rng, 40, 1))
+    lam = np.linalg.eigvalsh(H)
+    gap = lam[-1] - lam[-2]
+    cf, sigma = _shifted_cholesky(H, lam[-1] - 0.5 * gap, 0.2 * gap, top=True)  # first try: inside
+    assert sigma > lam[-1]
+    cf, sigma = _shifted_cholesky(H, lam[0] + 0.5 * (lam[1] - lam[0]), 0.2 * (lam[1] - lam[0]), top=False)
+    assert sigma < lam[0]
+
+
+def test_many_warm_steps_keep_converging(rng: np.random.Generator) -> None:
+    """Along a longer walk every step after the seed is warm (no fallback) and matches the reference."""
+    tr = ExtremeTracker()
+    for H in _steps(rng, 150, 6):
+        e, ref = tr(H), psd_extremes(H, solver="eigh")
+        np.testing.assert_allclose([e.s_max, e.s_min], [ref.s_max, ref.s_min], rtol=1e-8)
+        np.testing.assert_allclose([e.s_2, e.s_km1], [ref.s_2, ref.s_km1], rtol=1e-6)  # second pairs: gap tests
+    assert tr.dense_solves == 1 and tr.fallbacks == 0

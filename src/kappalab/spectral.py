@@ -26,7 +26,7 @@ benchmarks in ``benchmarks/`` check ``s_max`` and ``s_min`` to 1e-8 relative aga
 * ``"eigh"``: every eigenpair by the dense symmetric eigensolver of NumPy/torch (``SOLVERS``).
 * ``"tridiag"`` (NumPy only): one Householder tridiagonalization ``A = Q T Q^T`` (LAPACK ``sytrd``), ALL
   eigenvalues of ``T`` (``sterf``, O(n^2)), and only the two eigenvectors needed (``s_max`` and ``s_k``) by
-  inverse iteration on ``T`` (``stein``) mapped back by the reflectors. It skips ``eigh``'s eigenvector
+  inverse iteration on ``T`` (``stein``) mapped back by the reflectors (LAPACK ``ormqr``). It skips ``eigh``'s eigenvector
   accumulation (about 2/3 of its cost); the whole spectrum is known, so the rank ``k`` is counted exactly as by
   ``"eigh"``.
 * ``"subset"`` (NumPy only): SciPy ``eigh(subset_by_index=...)`` for the two largest and the two smallest
@@ -43,8 +43,9 @@ iterative solver's own residual check fails, ``psd_extremes`` falls back to ``"e
 counts ``k`` from the ``N x N`` spectrum of ``F F^T`` instead.
 
 ``"auto"`` (:func:`choose_solver`): ``"eigh"`` for torch tensors (any device) and for NumPy matrices with
-``n < AUTO_TRIDIAG_MIN_N`` (small inputs keep exactly the results of the dense route), ``"tridiag"`` for larger
-NumPy matrices (about 3x faster than a full ``eigh`` at ``n >= 1024``, see ``docs/benchmarks.md``). Warm-started
+``n < AUTO_TRIDIAG_MIN_N = 128`` (small inputs keep exactly the results of the dense route), ``"tridiag"`` for
+larger NumPy matrices (one thread, OpenBLAS: 1.4x faster than a full ``eigh`` at n = 128, 2x at n = 196-256,
+2.7x at n = 512, about 3x at ``n >= 1024``; see ``docs/benchmarks.md``). Warm-started
 iterative solvers need state across optimizer steps: :class:`kappalab.tracker.ExtremeTracker`.
 """
 
@@ -118,7 +119,7 @@ def default_gap_rtol(a: Array) -> float:
 
 
 def _pick(values: Array, index: Array) -> Array:
-    """values[index] for a 0-d integer index, without a host sync on torch."""
+    """values[index] for a 0-d integer index array/tensor (the index stays on the device: no Python int)."""
     return values[index]
 
 
@@ -164,7 +165,7 @@ SOLVERS: dict[str, Callable[[Array], tuple[Array, Array]]] = {"eigh": _eigh_dens
 ExtremeSolver = Callable[[Array, float], "tuple[Extremes, Array] | None"]
 
 #: Smallest ``n`` for which ``"auto"`` leaves the dense ``eigh`` (NumPy input).
-AUTO_TRIDIAG_MIN_N = 256
+AUTO_TRIDIAG_MIN_N = 128
 
 #: Smallest ``n`` an extreme-only solver accepts (below it they defer to ``"eigh"``).
 _MIN_N_EXTREME = 8
@@ -200,7 +201,30 @@ def _tridiag_extremes(A: Array, rtol: float) -> tuple[Extremes, Array]:
 
 def _apply_householder(c: Array, tau: Array, Z: Array) -> Array:
     """``Q Z`` for ``Q = H_0 H_1 ... H_{n-2}`` stored by ``sytrd(lower=1)``: ``H_i = I - tau_i v v^T`` with
-    ``v[:i+1] = 0``, ``v[i+1] = 1``, ``v[i+2:] = c[i+2:, i]``."""
+    ``v[:i+1] = 0``, ``v[i+1] = 1``, ``v[i+2:] = c[i+2:, i]``.
+
+    These are the reflectors of a QR factorization of ``c[1:, :n-1]`` (reflector ``i`` starts at its row ``i``),
+    so LAPACK ``ormqr`` applies them (blocked, one pass) to ``Z[1:]``; row 0 is untouched. Falls back to the
+    reflector-by-reflector loop where SciPy has no ``ormqr`` for the dtype."""
+    import numpy as np
+    from scipy.linalg import lapack
+
+    n = Z.shape[0]
+    if n >= 2 and c.dtype.char in "fd":
+        ormqr = lapack.get_lapack_funcs("ormqr", (c,))
+        sub = np.asfortranarray(Z[1:], dtype=c.dtype)
+        lwork = max(1, Z.shape[1]) * 64
+        out, work, info = ormqr("L", "N", c[1:, : n - 1], tau, sub, lwork, overwrite_c=1)
+        if info == 0:
+            res = np.empty_like(Z, dtype=c.dtype)
+            res[0] = Z[0]
+            res[1:] = out
+            return res
+    return _apply_householder_loop(c, tau, Z)
+
+
+def _apply_householder_loop(c: Array, tau: Array, Z: Array) -> Array:
+    """Reference implementation of :func:`_apply_householder`, one reflector at a time."""
     Z = Z.copy()
     for i in range(len(tau) - 1, -1, -1):
         t = tau[i]

@@ -42,7 +42,9 @@ class MethodConfig:
         batch_size: minibatch size; None = full batch.
         ridge_P: ridge of the preconditioner (K_P + ridge_P I)^-1.
         ridge_H: ridge of the preconditioner (K_H + ridge_H I)^-1.
-        extra: method-/protocol-specific named values (see the config files for the reason of each).
+        extra: method-/protocol-specific named values (see the config files for the reason of each), e.g.
+            ``spectral_route`` ("dense", the default, or "gram": the official protocol's exact N x N Gram /
+            Woodbury route for minibatches with N < D; see :mod:`kappalab.immunization.protocols`).
         reasons: why each ``extra`` value is what it is (from the config files).
         source: the config files read, base first.
     """

@@ -17,12 +17,25 @@
     the weight is multiplied by ``(X_b^T X_b + ridge I)^{-1}`` of the batch from the LEFT of nn.Linear's
     ``W = theta^T`` (``side="output"``), i.e. from the right of theta; bias and MSE gradients are not
     preconditioned; kappa = shifted definition.
+
+Spectral route (config ``extra.spectral_route``, default ``"dense"``; official protocol only)
+    ``"dense"``: ``eigvalsh`` of the ``D x D`` S and a ``D x D`` Cholesky solve per preconditioned term (Table 1,
+    and every run recorded before the option existed). ``"gram"`` (Table 2's configs): when a batch has
+    ``N < D`` rows, :meth:`OfficialProtocol.gram` returns a :class:`~kappalab.immunization.spectra.FeatureGram`
+    (spectra of the ``N x N`` ``Phi Phi^T``; no ``D x D`` eigenproblem, S never formed) and the preconditioner is
+    :func:`woodbury_precondition` (one ``N x N`` Cholesky per batch and task). Equal to the dense route up to
+    rounding, with one documented convention: ``s_min := shift`` when rank(S) < D, which is the dense rule's
+    outcome (see :func:`~kappalab.immunization.spectra.gram_extremes_shifted`). With ``N >= D`` (e.g. ``--quick``'s
+    D = 49) the gram route computes exactly what the dense route does. Woodbury is the more accurate of the two
+    solves when ``ridge`` is tiny: it never forms ``K = X^T X`` (condition number squared); at Table 2's
+    ``ridge_H = 1e-7`` the dense Cholesky solve is off by ~4e-6 relative from an SVD-based reference, Woodbury by
+    ~1e-13.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
@@ -32,7 +45,7 @@ from kappalab.linear import hessian
 from kappalab.regularizers import r_ill, r_well
 
 from .config import MethodConfig
-from .spectra import DEFAULT_SHIFT, official_r1, official_r2, torch_kappa
+from .spectra import DEFAULT_SHIFT, SPECTRAL_ROUTES, FeatureGram, official_r1, official_r2, torch_kappa
 from .task import LinearTask
 
 
@@ -54,16 +67,33 @@ class Params:
         return self.extractor() + [self.w_P] + ([self.w_H] if self.w_H is not None else [])
 
 
-@dataclass(frozen=True)
+@dataclass
 class Batch:
-    """One step's data; ``K_P``/``K_H`` are the batch covariances ``X^T X``."""
+    """One step's data; ``K_P``/``K_H`` are the batch covariances ``X^T X`` (``D x D``), formed on first use
+    only (the gram route never uses them). ``cache`` holds per-batch factorizations (gram route)."""
 
     X_P: torch.Tensor
     y_P: torch.Tensor
     X_H: torch.Tensor
     y_H: torch.Tensor | None
-    K_P: torch.Tensor
-    K_H: torch.Tensor
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def covariance(self, which: str) -> torch.Tensor:
+        """The batch covariance ``X^T X`` of task ``which`` ("P" or "H"), symmetrized, cached."""
+        key = "K_" + which
+        if key not in self.cache:
+            X = self.X_P if which == "P" else self.X_H
+            K = X.T @ X
+            self.cache[key] = 0.5 * (K + K.T)
+        return self.cache[key]
+
+    @property
+    def K_P(self) -> torch.Tensor:
+        return self.covariance("P")
+
+    @property
+    def K_H(self) -> torch.Tensor:
+        return self.covariance("H")
 
 
 def _uniform(gen: torch.Generator, shape: tuple[int, ...], bound: float) -> torch.Tensor:
@@ -74,6 +104,7 @@ class Protocol:
     """Shared machinery; subclasses set the protocol-specific parts."""
 
     name = "base"
+    supports_gram_route = False
     precondition_side = "input"
     kappa_definition = "pinv"
     has_bias = False
@@ -86,6 +117,12 @@ class Protocol:
         self.shift = float(cfg.get("shift", DEFAULT_SHIFT))
         self.rank_rtol = cfg.get("rank_rtol", None)
         self.on_degenerate = cfg.get("on_degenerate", "warn")
+        self.route = cfg.get("spectral_route", "dense")
+        if self.route not in SPECTRAL_ROUTES:
+            raise ValueError(f"cfg.extra['spectral_route'] must be one of {SPECTRAL_ROUTES}, got {self.route!r}")
+        if self.route == "gram" and not self.supports_gram_route:
+            raise ValueError(f"spectral_route 'gram' is implemented for the official protocol only, not "
+                             f"{self.name!r}; use 'dense'")
 
     # -- initialization ----------------------------------------------------------------------------------------
     def init_params(self, seed: int, with_w_H: bool) -> Params:
@@ -136,8 +173,7 @@ class Protocol:
 
     @staticmethod
     def _batch(X_P, y_P, X_H, y_H) -> Batch:
-        sym = lambda K: 0.5 * (K + K.T)
-        return Batch(X_P, y_P, X_H, y_H, sym(X_P.T @ X_P), sym(X_H.T @ X_H))
+        return Batch(X_P, y_P, X_H, y_H)
 
     # -- model ---------------------------------------------------------------------------------------------------
     def features(self, p: Params, X: torch.Tensor, theta: torch.Tensor | None = None,
@@ -175,9 +211,18 @@ class Protocol:
         return self.cfg.ridge_P if which == "P" else self.cfg.ridge_H
 
     def precondition(self, grad_theta: torch.Tensor, batch: Batch, which: str) -> torch.Tensor:
-        """The dummy layer's effect on theta's gradient, in theta's orientation (nn.Linear's W = theta^T)."""
+        """The dummy layer's effect on theta's gradient, in theta's orientation (nn.Linear's W = theta^T).
+
+        Dense route: a Cholesky solve with the batch's ``K + ridge I`` (``D x D``). Gram route with a batch of
+        ``N < D`` rows and ``ridge > 0``: :func:`woodbury_precondition` (an ``N x N`` Cholesky, cached per
+        batch); otherwise the dense solve with its Cholesky factor cached on the batch (the full batch is one
+        object per run, so it is factored once per run)."""
+        ridge = self.ridge(which)
+        X = batch.X_P if which == "P" else batch.X_H
+        if self.route == "gram" and ridge > 0 and X.shape[0] < X.shape[1]:
+            return woodbury_precondition(grad_theta, X, ridge, self.precondition_side, batch.cache, which)
         K = batch.K_P if which == "P" else batch.K_H
-        return precondition_weight_grad(grad_theta.T, K, self.ridge(which), self.precondition_side).T
+        return precondition_weight_grad(grad_theta.T, K, ridge, self.precondition_side).T
 
     @torch.no_grad()
     def monitor(self, p: Params) -> tuple[torch.Tensor, torch.Tensor]:
@@ -214,8 +259,13 @@ class OfficialProtocol(Protocol):
     kappa_definition = "shifted"
     has_bias = True
 
+    supports_gram_route = True
+
     def gram(self, p, batch, which, theta=None, bias=None):
+        """``S = Phi^T Phi`` (dense route, or N >= D), or its :class:`FeatureGram` (gram route, N < D)."""
         Phi = self.features(p, batch.X_P if which == "P" else batch.X_H, theta, bias)
+        if self.route == "gram" and Phi.shape[0] < Phi.shape[1]:
+            return FeatureGram(Phi)
         S = Phi.T @ Phi
         return 0.5 * (S + S.T)
 
@@ -224,6 +274,38 @@ class OfficialProtocol(Protocol):
 
     def reg_ill(self, S):
         return official_r2(S, self.shift)
+
+
+def woodbury_precondition(grad_theta: torch.Tensor, X: torch.Tensor, ridge: float, side: str,
+                          cache: dict | None = None, key: str = "") -> torch.Tensor:
+    """The dummy layer's preconditioning with ``K = X^T X`` (``X``: ``N x D``, ``N < D``) by Woodbury, in theta's
+    orientation: ``side="output"`` gives ``grad_theta (K + ridge I)^{-1}`` (the official code's solve on
+    nn.Linear's output index), ``side="input"`` gives ``(K + ridge I)^{-1} grad_theta``; equal to
+    :func:`kappalab.dummy_layer.precondition_weight_grad` on ``grad_theta^T`` (transposed back).
+
+    ``(X^T X + r I)^{-1} B = (B - X^T (r I + X X^T)^{-1} X B) / r``: one ``N x N`` Cholesky (cached in ``cache``
+    under ``key`` when given) and products with X, instead of a ``D x D`` factorization. ``ridge`` must be > 0.
+    """
+    if not ridge > 0:
+        raise ValueError(f"ridge must be > 0 for the Woodbury identity, got {ridge!r}")
+    name = f"woodbury_{key}_{ridge!r}"
+    L = None if cache is None else cache.get(name)
+    if L is None:
+        A = X @ X.T
+        A = 0.5 * (A + A.T) + ridge * torch.eye(X.shape[0], dtype=X.dtype, device=X.device)
+        L, info = torch.linalg.cholesky_ex(A)
+        if int(info) != 0:
+            raise ValueError(f"X X^T + ridge*I (ridge = {ridge}) is not positive definite (Cholesky failed at "
+                             f"pivot {int(info)})")
+        if cache is not None:
+            cache[name] = L
+    scale = 1.0 / ridge  # (B - P Q) / r as one fused addmm: B / r - (P Q) / r
+    if side == "output":
+        T = grad_theta @ X.T  # D x N
+        return torch.addmm(grad_theta, torch.cholesky_solve(T.T, L).T, X, beta=scale, alpha=-scale)
+    if side == "input":
+        return torch.addmm(grad_theta, X.T, torch.cholesky_solve(X @ grad_theta, L), beta=scale, alpha=-scale)
+    raise ValueError(f"side must be 'input' or 'output', got {side!r}")
 
 
 PROTOCOL_CLASSES: dict[str, type[Protocol]] = {"paper": PaperProtocol, "official": OfficialProtocol}

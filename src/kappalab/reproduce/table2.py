@@ -275,6 +275,7 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
         "evaluate": evaluation, "train_s": train_s, "n_steps": run.n_steps,
         "degenerate_count": run.degenerate_count, "spectra_file": f"spectra/{params['key']}.npz",
         "config_source": list(cfg.source), "data_label": task.data_label,
+        "spectral_route": cfg.get("spectral_route", "dense"),
     }
     if params.get("probe"):
         result["probe"] = probe_measures(theta, run.bias, task.X_P, task.X_H, a, b, seed, params.get("data_dir"),
@@ -492,7 +493,8 @@ def write_report(plan: SweepPlan, n_expected: int, header: dict[str, Any]) -> di
                "success_counts": success_counts(rows), "probe": probe_table(records),
                "paper_reference": {"table2": PAPER_TABLE2, "figure2_success_of_90": PAPER_FIG2_SUCCESS},
                "success_threshold": SUCCESS_THRESHOLD, "other_thresholds": OTHER_THRESHOLDS,
-               "rtol": "N eps (N = Gram size), rank decided on K"}
+               "rtol": "N eps (N = Gram size), rank decided on K",
+               "spectral_routes": sorted({record_route(r) for r in records})}
     plan.out.mkdir(parents=True, exist_ok=True)
     stem = plan.out / f"table2_{plan.protocol}"
     (stem.with_suffix(".json")).write_text(json.dumps(to_jsonable(summary), indent=1, sort_keys=True))
@@ -513,6 +515,7 @@ def markdown(summary: dict[str, Any], plan: SweepPlan) -> str:
     h = summary["header"]
     lines = [f"### Table 2, protocol `{plan.protocol}` - {h['data_label']}", "",
              f"{summary['n_runs']} of {summary['n_expected']} runs finished; epochs {plan.epochs}; "
+             f"spectral route {' + '.join(summary.get('spectral_routes') or ['-'])}; "
              "kappa from the stored Gram spectra, rank k decided on K at rtol = N eps and used for H(theta_I); "
              "mean +- std over all finished runs (pairs x seeds). Paper: full MNIST, reference only.", "",
              "| Method | runs | (i) up | (ii) down | RIR up | median RIR | paper (i) | paper (ii) | paper RIR |",
@@ -588,16 +591,42 @@ def plan_from_args(args: argparse.Namespace) -> SweepPlan:
     epochs = args.epochs or (QUICK_EPOCHS if quick else table2_config(args.protocol, "ours").epochs)
     if epochs < 1:
         raise ValueError(f"--epochs must be >= 1, got {epochs}")
-    out = args.out or Path("docs/reproduction/table2") / ("quick" if quick else "")
+    route = spectral_route(args.protocol)
+    default = "quick" if quick else ("gram" if route == "gram" else "")
+    out = args.out or Path("docs/reproduction/table2") / default
     pool = args.pool or (4 if quick else 1)
     return SweepPlan(args.protocol, methods, pairs, seeds, epochs, Path(out), args.device, args.data_dir, pool,
                      () if args.no_probe else (pairs[:1] if quick else PROBE_PAIRS))
+
+
+def spectral_route(protocol: str) -> str:
+    """The configured ``extra.spectral_route`` of the protocol's configs ("dense" when absent); all four methods
+    must agree (one table, one route)."""
+    routes = {table2_config(protocol, m).get("spectral_route", "dense") for m in METHODS}
+    if len(routes) != 1:
+        raise ValueError(f"the table2_{protocol}_* configs disagree on extra.spectral_route: {sorted(routes)}")
+    return routes.pop()
+
+
+def record_route(record: dict[str, Any]) -> str:
+    """The spectral route a stored run used (records written before the field existed used "dense")."""
+    return (record.get("result") or {}).get("spectral_route", "dense")
+
+
+def check_store_route(plan: "SweepPlan", route: str) -> None:
+    """Refuse to add runs of one spectral route to a store holding runs of another (no silently mixed table)."""
+    others = sorted({record_route(r) for r in RunStore(plan.store_path).records()} - {route})
+    if others:
+        raise ValueError(f"{plan.store_path} holds runs made with spectral_route {others}, the configs now say "
+                         f"{route!r}: use another --out (default for the gram route: docs/reproduction/table2/gram)")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         plan = plan_from_args(args)
+        if not args.report_only:
+            check_store_route(plan, spectral_route(plan.protocol))
     except ValueError as error:
         print(f"kappalab reproduce table2: {error}", file=sys.stderr)
         return 2

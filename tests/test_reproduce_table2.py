@@ -120,19 +120,19 @@ def test_quick_end_to_end_resumes_and_reports(tmp_path: Path) -> None:
 
 
 def test_spectral_route_is_recorded_and_never_mixed(tmp_path: Path) -> None:
-    """The official configs use the gram route; a store of (older, field-less = dense) runs refuses gram runs,
-    and the default folder of the gram route is table2/gram."""
-    assert table2.spectral_route("official") == "gram"
+    """The official configs use the features route; a store of (older, field-less = dense) runs refuses runs of
+    another route, and the default folder of a non-dense route is table2/<route>."""
+    assert table2.spectral_route("official") == "features"
     assert table2.spectral_route("paper") == "dense"
     plan = table2.plan_from_args(table2.build_parser().parse_args(["--protocol", "official"]))
-    assert plan.out == Path("docs/reproduction/table2/gram")
+    assert plan.out == Path("docs/reproduction/table2/features")
     plan = table2.plan_from_args(table2.build_parser().parse_args(["--protocol", "official", "--out",
                                                                    str(tmp_path)]))
-    table2.check_store_route(plan, "gram")  # empty store: fine
+    table2.check_store_route(plan, "features")  # empty store: fine
     RunStore(plan.store_path).append({"key": "k", "params": {}, "result": {"train_s": 1.0}})
     assert table2.record_route(RunStore(plan.store_path).records()[0]) == "dense"
     table2.check_store_route(plan, "dense")
     with pytest.raises(ValueError, match="spectral_route"):
-        table2.check_store_route(plan, "gram")
+        table2.check_store_route(plan, "features")
     assert table2.main(["--protocol", "official", "--out", str(tmp_path), "--pairs", "0-1", "--seeds", "0",
                         "--no-progress"]) == 2

@@ -43,8 +43,11 @@ class MethodConfig:
         ridge_P: ridge of the preconditioner (K_P + ridge_P I)^-1.
         ridge_H: ridge of the preconditioner (K_H + ridge_H I)^-1.
         extra: method-/protocol-specific named values (see the config files for the reason of each), e.g.
-            ``spectral_route`` ("dense", the default, or "gram": the official protocol's exact N x N Gram /
-            Woodbury route for minibatches with N < D; see :mod:`kappalab.immunization.protocols`).
+            ``spectral_route`` ("dense", the default; "gram": the official protocol's exact N x N Gram /
+            Woodbury route for minibatches with N < D; "features": the same with theta's gradient assembled in
+            feature space; see :mod:`kappalab.immunization.protocols`), ``monitor_every`` (measure the whole
+            task's kappa every this many epochs and at the last; default 1), ``adam_fused`` (torch's fused Adam
+            kernel; default false, the for-loop implementation every earlier run used).
         reasons: why each ``extra`` value is what it is (from the config files).
         source: the config files read, base first.
     """

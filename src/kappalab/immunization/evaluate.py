@@ -59,12 +59,15 @@ def spectrum_endpoints(M: np.ndarray, rtol: float, shift: float) -> dict[str, fl
 
 
 def evaluate(run_or_theta: Any, task: LinearTask, *, rtol: float | None = None, shift: float = DEFAULT_SHIFT,
-             bias: np.ndarray | None = None) -> dict[str, Any]:
+             bias: np.ndarray | None = None, sensitivity: tuple[str, ...] = DEFINITIONS,
+             endpoints: bool = True) -> dict[str, Any]:
     """Eq. 15 under the "pinv" (core, ``rtol``; None = D * eps) and "shifted" (official, ``shift``) kappas.
 
     ``run_or_theta``: an :class:`~kappalab.immunization.methods.ImmunizationRun` (its bias is used) or a
-    ``D x D`` array (then ``bias`` may be given). The ``sensitivity`` block repeats both with rtol and shift
-    multiplied by 0.1 and 10.
+    ``D x D`` array (then ``bias`` may be given). The ``sensitivity`` block repeats the definitions it names with
+    rtol (pinv) or shift (shifted) multiplied by 0.1 and 10; ``endpoints`` adds each Hessian's spectrum endpoints
+    (``spectra``). Each is a D x D eigenvalue problem per Hessian and value, so a caller that does not report them
+    (Table 2's sweep) leaves them out.
     """
     if hasattr(run_or_theta, "theta_I"):
         theta = run_or_theta.theta_I
@@ -84,13 +87,17 @@ def evaluate(run_or_theta: Any, task: LinearTask, *, rtol: float | None = None, 
         raise ValueError(f"rtol must be > 0, got {rtol!r}")
     if not shift > 0:
         raise ValueError(f"shift must be > 0, got {shift!r}")
+    if not set(sensitivity) <= set(DEFINITIONS):
+        raise ValueError(f"sensitivity must name definitions among {DEFINITIONS}, got {sensitivity!r}")
     H = hessians(theta, task, bias)
     result: dict[str, Any] = {"rtol": rtol, "shift": shift, "has_bias": bias is not None}
     for d in DEFINITIONS:
         result[d] = rir_terms(H, d, rtol, shift)
-    result["spectra"] = {name: spectrum_endpoints(M, rtol, shift) for name, M in H.items()}
-    result["sensitivity"] = {
-        "pinv": {f"rtol_x{f:g}": rir_terms(H, "pinv", rtol * f, shift) for f in SENSITIVITY_FACTORS},
-        "shifted": {f"shift_x{f:g}": rir_terms(H, "shifted", rtol, shift * f) for f in SENSITIVITY_FACTORS},
+    if endpoints:
+        result["spectra"] = {name: spectrum_endpoints(M, rtol, shift) for name, M in H.items()}
+    blocks = {
+        "pinv": lambda: {f"rtol_x{f:g}": rir_terms(H, "pinv", rtol * f, shift) for f in SENSITIVITY_FACTORS},
+        "shifted": lambda: {f"shift_x{f:g}": rir_terms(H, "shifted", rtol, shift * f) for f in SENSITIVITY_FACTORS},
     }
+    result["sensitivity"] = {d: blocks[d]() for d in DEFINITIONS if d in sensitivity}
     return result

@@ -52,7 +52,8 @@ class ImmunizationRun:
         theta_I: immunized extractor, float64 ``D x D`` numpy array, paper orientation ``f(x) = x^T theta``.
         bias: the feature bias (official protocol) or None.
         head: the pre-training head w_P.
-        history: per epoch, "kappa_P", "kappa_H" (whole task, protocol's kappa) and each term's last value.
+        history: "kappa_P", "kappa_H" (whole task, protocol's kappa) at the epochs listed in "kappa_epoch"
+            (every ``monitor_every``-th and the last), and per epoch each term's last value.
         wall_time_s: training time.
         n_steps: optimizer steps taken.
         degenerate_count: steps on which the core flagged a non-unique extreme eigenvalue (gradient taken with
@@ -78,7 +79,7 @@ def _eq11_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list
     pre = bool(cfg.get("precondition", True))
     terms = []
     if cfg.get("supervised_loss", True):
-        loss = proto.supervised_loss(proto.features(p, b.X_P), p.w_P, b.y_P)
+        loss = proto.supervised_loss(proto.batch_features(p, b, "P"), p.w_P, b.y_P)
         terms.append(Term("loss_P", loss, p.extractor() + [p.w_P]))
     if cfg.lambda_P > 0:
         terms.append(Term("R_well", cfg.lambda_P * proto.reg_well(proto.gram(p, b, "P")), p.extractor(),
@@ -92,7 +93,7 @@ def _eq11_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list
 def _opt_kappa_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list[Term]:
     terms = []
     if cfg.get("supervised_loss", True):
-        loss = proto.supervised_loss(proto.features(p, b.X_P), p.w_P, b.y_P)
+        loss = proto.supervised_loss(proto.batch_features(p, b, "P"), p.w_P, b.y_P)
         terms.append(Term("loss_P", loss, p.extractor() + [p.w_P]))
     kP, kH = proto.kappa(proto.gram(p, b, "P")), proto.kappa(proto.gram(p, b, "H"))
     value = float(cfg.get("kappa_weight_P", 1.0)) * kP - float(cfg.get("kappa_weight_H", 1.0)) * kH
@@ -104,14 +105,9 @@ def _imma_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list
     steps, lr = int(cfg.get("inner_steps", 1)), float(cfg.get("inner_lr", cfg.eta))
     if steps < 1 or not lr > 0:
         raise ValueError(f"cfg.extra inner_steps must be >= 1 and inner_lr > 0, got {steps!r}, {lr!r}")
-    theta, bias = p.theta, p.bias
-    for _ in range(steps):
-        inner = proto.supervised_loss(proto.features(p, b.X_H, theta, bias), p.w_H, b.y_H)
-        grads = torch.autograd.grad(inner, [theta] + ([bias] if bias is not None else []), create_graph=True)
-        theta = theta - lr * grads[0]
-        bias = bias - lr * grads[1] if bias is not None else None
-    loss_P = proto.supervised_loss(proto.features(p, b.X_P, theta, bias), p.w_P, b.y_P)
-    loss_H = proto.supervised_loss(proto.features(p, b.X_H, theta, bias), p.w_H, b.y_H)
+    Phi_P, Phi_H = proto.adapted_features(p, b, steps, lr)
+    loss_P = proto.supervised_loss(Phi_P, p.w_P, b.y_P)
+    loss_H = proto.supervised_loss(Phi_H, p.w_H, b.y_H)
     return [Term("outer", loss_P - loss_H, p.extractor()), Term("loss_P", loss_P, [p.w_P]),
             Term("loss_H", loss_H, [p.w_H])]
 
@@ -123,18 +119,62 @@ TERMS: dict[str, Callable[[Protocol, Params, Batch, MethodConfig], list[Term]]] 
 
 def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig) -> tuple[dict[int, torch.Tensor],
                                                                                         list[Term]]:
-    """Sum of every term's gradient per tensor (keyed by ``id``), theta's preconditioned where the term says."""
+    """Sum of every term's gradient per tensor (keyed by ``id``), theta's preconditioned where the term says.
+
+    ``batch`` must be a fresh step view (:meth:`Batch.for_step`). Route "features": a term that updates the
+    extractor is differentiated with respect to the step's feature leaves instead of theta and the bias, and
+    :func:`_extractor_grads` maps the result back (see :mod:`kappalab.immunization.protocols`)."""
     terms = TERMS[cfg.method](proto, p, batch, cfg)
     total: dict[int, torch.Tensor] = {}
+    feature_grads: dict[str, list[torch.Tensor]] = {"theta_P": [], "theta_H": [], "bias": []}
+    leaves = {w: batch.step[f"Phi_{w}"] for w in ("P", "H") if f"Phi_{w}" in batch.step} \
+        if proto.feature_space(batch) else {}
     for term in terms:
-        grads = torch.autograd.grad(term.value, term.params, retain_graph=True, allow_unused=True)
-        for param, g in zip(term.params, grads):
+        params = term.params
+        through_features = bool(leaves) and any(t is p.theta for t in params)
+        if through_features:
+            params = [t for t in params if not any(t is e for e in p.extractor())]
+        names = list(leaves) if through_features else []
+        grads = torch.autograd.grad(term.value, params + [leaves[w] for w in names], retain_graph=True,
+                                    allow_unused=True)
+        for param, g in zip(params, grads):
             if g is None:
                 continue
             if term.precondition is not None and param is p.theta:
                 g = proto.precondition(g, batch, term.precondition)
             total[id(param)] = total[id(param)] + g if id(param) in total else g
+        for which, M in zip(names, grads[len(params):]):
+            if M is None:
+                continue
+            if p.bias is not None:
+                feature_grads["bias"].append(M.sum(dim=0))
+            if term.precondition is not None:
+                if which != term.precondition:
+                    raise ValueError(f"term {term.name!r} is preconditioned with K_{term.precondition} but depends "
+                                     f"on the features of task {which}: the 'features' route cannot map that "
+                                     "gradient; use spectral_route 'gram'")
+                M = proto.precondition_features(M, batch, which)
+            feature_grads["theta_" + which].append(M)
+    total.update(_extractor_grads(p, batch, feature_grads))
     return total, terms
+
+
+def _extractor_grads(p: Params, batch: Batch, feature_grads: dict[str, list[torch.Tensor]]
+                     ) -> dict[int, torch.Tensor]:
+    """Route "features": theta's gradient ``X_P^T sum(M_P) + X_H^T sum(M_H)`` (one ``D x N x D`` product per
+    task) and the bias's ``sum`` of the unpreconditioned column sums."""
+    out: dict[int, torch.Tensor] = {}
+    g = None
+    for which in ("P", "H"):
+        Ms = feature_grads["theta_" + which]
+        if Ms:
+            X, M = batch.X(which), sum(Ms[1:], Ms[0])
+            g = X.T @ M if g is None else torch.addmm(g, X.T, M)
+    if g is not None:
+        out[id(p.theta)] = g
+    if feature_grads["bias"] and p.bias is not None:
+        out[id(p.bias)] = sum(feature_grads["bias"][1:], feature_grads["bias"][0])
+    return out
 
 
 def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu",
@@ -149,18 +189,26 @@ def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu"
     proto = make_protocol(task, cfg, device)
     p = proto.init_params(seed, with_w_H=cfg.method == "imma")
     betas = tuple(cfg.get("adam_betas", (0.9, 0.999)))
-    opt = torch.optim.Adam(p.all(), lr=cfg.eta, betas=betas, eps=float(cfg.get("adam_eps", 1e-8)))
+    fused = cfg.get("adam_fused", False)
+    if not isinstance(fused, bool):
+        raise ValueError(f"cfg.extra['adam_fused'] must be true or false, got {fused!r}")
+    monitor_every = cfg.get("monitor_every", 1)
+    if not (isinstance(monitor_every, int) and monitor_every >= 1):
+        raise ValueError(f"cfg.extra['monitor_every'] must be a positive int, got {monitor_every!r}")
+    opt = torch.optim.Adam(p.all(), lr=cfg.eta, betas=betas, eps=float(cfg.get("adam_eps", 1e-8)),
+                           **({"fused": True} if fused else {}))
     gen = torch.Generator().manual_seed(int(seed) + 1)
     kappas: list[tuple[torch.Tensor, torch.Tensor]] = []
+    monitored: list[int] = []
     term_log: dict[str, list[torch.Tensor]] = {}
     n_steps = degenerate = 0
     start = time.perf_counter()
-    for _ in tqdm(range(cfg.epochs), desc=f"{cfg.protocol}/{cfg.method}/seed{seed}", disable=not progress,
-                  leave=False):
+    for epoch in tqdm(range(1, cfg.epochs + 1), desc=f"{cfg.protocol}/{cfg.method}/seed{seed}",
+                      disable=not progress, leave=False):
         for batch in proto.batches(gen):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", DegenerateSpectrumWarning)
-                grads, terms = step_gradients(proto, p, batch, cfg)
+                grads, terms = step_gradients(proto, p, batch.for_step(), cfg)
             degenerate += int(any(issubclass(w.category, DegenerateSpectrumWarning) for w in caught))
             for param in p.all():
                 param.grad = grads.get(id(param))
@@ -168,9 +216,12 @@ def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu"
             n_steps += 1
         for term in terms:
             term_log.setdefault(term.name, []).append(term.value.detach())
-        kappas.append(proto.monitor(p))
+        if epoch % monitor_every == 0 or epoch == cfg.epochs:
+            kappas.append(proto.monitor(p))
+            monitored.append(epoch)
     wall = time.perf_counter() - start
-    history = {"kappa_P": [float(a) for a, _ in kappas], "kappa_H": [float(b) for _, b in kappas]}
+    history = {"kappa_P": [float(a) for a, _ in kappas], "kappa_H": [float(b) for _, b in kappas],
+               "kappa_epoch": [float(e) for e in monitored]}
     history.update({name: [float(v) for v in values] for name, values in term_log.items()})
     to_np = lambda t: None if t is None else t.detach().cpu().numpy().astype(np.float64)
     return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=history,

@@ -18,7 +18,7 @@
     ``W = theta^T`` (``side="output"``), i.e. from the right of theta; bias and MSE gradients are not
     preconditioned; kappa = shifted definition.
 
-Spectral route (config ``extra.spectral_route``, default ``"dense"``; official protocol only)
+Spectral route (config ``extra.spectral_route``, default ``"dense"``; "gram" and "features": official protocol only)
     ``"dense"``: ``eigvalsh`` of the ``D x D`` S and a ``D x D`` Cholesky solve per preconditioned term (Table 1,
     and every run recorded before the option existed). ``"gram"`` (Table 2's configs): when a batch has
     ``N < D`` rows, :meth:`OfficialProtocol.gram` returns a :class:`~kappalab.immunization.spectra.FeatureGram`
@@ -70,19 +70,32 @@ class Params:
 @dataclass
 class Batch:
     """One step's data; ``K_P``/``K_H`` are the batch covariances ``X^T X`` (``D x D``), formed on first use
-    only (the gram route never uses them). ``cache`` holds per-batch factorizations (gram route)."""
+    only (the gram route never uses them). ``cache`` holds what depends on the data only (per-batch
+    factorizations, kernels); ``step`` holds what depends on the parameters too (the features of one step):
+    :meth:`for_step` gives a view with the same data and ``cache`` and an empty ``step``."""
 
     X_P: torch.Tensor
     y_P: torch.Tensor
     X_H: torch.Tensor
     y_H: torch.Tensor | None
     cache: dict = field(default_factory=dict, repr=False, compare=False)
+    step: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def for_step(self) -> "Batch":
+        """This batch with a fresh per-step cache (the full batch is one object reused by every step)."""
+        return Batch(self.X_P, self.y_P, self.X_H, self.y_H, cache=self.cache)
+
+    def X(self, which: str) -> torch.Tensor:
+        """The inputs of task ``which`` ("P" or "H")."""
+        if which not in ("P", "H"):
+            raise ValueError(f"which must be 'P' or 'H', got {which!r}")
+        return self.X_P if which == "P" else self.X_H
 
     def covariance(self, which: str) -> torch.Tensor:
         """The batch covariance ``X^T X`` of task ``which`` ("P" or "H"), symmetrized, cached."""
         key = "K_" + which
         if key not in self.cache:
-            X = self.X_P if which == "P" else self.X_H
+            X = self.X(which)
             K = X.T @ X
             self.cache[key] = 0.5 * (K + K.T)
         return self.cache[key]
@@ -120,9 +133,15 @@ class Protocol:
         self.route = cfg.get("spectral_route", "dense")
         if self.route not in SPECTRAL_ROUTES:
             raise ValueError(f"cfg.extra['spectral_route'] must be one of {SPECTRAL_ROUTES}, got {self.route!r}")
-        if self.route == "gram" and not self.supports_gram_route:
-            raise ValueError(f"spectral_route 'gram' is implemented for the official protocol only, not "
+        if self.route != "dense" and not self.supports_gram_route:
+            raise ValueError(f"spectral_route {self.route!r} is implemented for the official protocol only, not "
                              f"{self.name!r}; use 'dense'")
+
+    def feature_space(self, batch: Batch) -> bool:
+        """True when theta's gradient is assembled from the features' on this batch: route "features" and both
+        tasks' batches have fewer rows than columns (otherwise the route computes what "gram", hence "dense",
+        does)."""
+        return self.route == "features" and max(batch.X_P.shape[0], batch.X_H.shape[0]) < self.D
 
     # -- initialization ----------------------------------------------------------------------------------------
     def init_params(self, seed: int, with_w_H: bool) -> Params:
@@ -184,6 +203,45 @@ class Protocol:
         Phi = X @ theta
         return Phi + bias if bias is not None else Phi
 
+    def batch_features(self, p: Params, batch: Batch, which: str) -> torch.Tensor:
+        """The features of task ``which`` of this step's batch at the current parameters, computed once per step
+        (cached in ``batch.step``). Route "features": a detached leaf that requires grad (the engine maps its
+        gradient back to theta and the bias)."""
+        key = "Phi_" + which
+        if key not in batch.step:
+            Phi = self.features(p, batch.X(which))
+            batch.step[key] = Phi.detach().requires_grad_(True) if self.feature_space(batch) else Phi
+        return batch.step[key]
+
+    def adapted_features(self, p: Params, batch: Batch, steps: int, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """IMMA's inner loop: the features (Phi_P*, Phi_H*) of the batch at the extractor after ``steps``
+        differentiable gradient steps of size ``lr`` on the harmful loss ``L(D_H, w_H, .)`` (create_graph, so the
+        outer loss backpropagates through them). Route "features": in feature space (module docstring)."""
+        if self.feature_space(batch):
+            Phi_P, Phi_H = self.batch_features(p, batch, "P"), self.batch_features(p, batch, "H")
+            C_PH, C_HH = self._inner_kernel(batch, "P"), self._inner_kernel(batch, "H")
+            for _ in range(steps):
+                inner = self.supervised_loss(Phi_H, p.w_H, batch.y_H)
+                (M,) = torch.autograd.grad(inner, [Phi_H], create_graph=True)
+                Phi_P, Phi_H = Phi_P - lr * (C_PH @ M), Phi_H - lr * (C_HH @ M)
+            return Phi_P, Phi_H
+        theta, bias = p.theta, p.bias
+        for _ in range(steps):
+            inner = self.supervised_loss(self.features(p, batch.X_H, theta, bias), p.w_H, batch.y_H)
+            grads = torch.autograd.grad(inner, [theta] + ([bias] if bias is not None else []), create_graph=True)
+            theta = theta - lr * grads[0]
+            bias = bias - lr * grads[1] if bias is not None else None
+        return self.features(p, batch.X_P, theta, bias), self.features(p, batch.X_H, theta, bias)
+
+    def _inner_kernel(self, batch: Batch, which: str) -> torch.Tensor:
+        """``X_which X_H^T`` (+ 1 when the model has a bias): how a gradient step on the harmful batch moves the
+        features of task ``which``; cached per batch."""
+        key = "inner_kernel_" + which
+        if key not in batch.cache:
+            C = batch.X(which) @ batch.X_H.T
+            batch.cache[key] = C + 1.0 if self.has_bias else C
+        return batch.cache[key]
+
     def supervised_loss(self, Phi: torch.Tensor, w: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
         """MSE ``mean((Phi w - y)^2)`` or BCE with logits ``Phi w`` (labels in {0, 1})."""
         if y is None:
@@ -193,8 +251,8 @@ class Protocol:
             return torch.mean((pred - y) ** 2)
         return torch.nn.functional.binary_cross_entropy_with_logits(pred, y)
 
-    def gram(self, p: Params, batch: Batch, which: str, theta=None, bias=None) -> torch.Tensor:
-        """The linear-probing Hessian of task ``which`` ("P" or "H") at (theta, bias)."""
+    def gram(self, p: Params, batch: Batch, which: str) -> torch.Tensor:
+        """The linear-probing Hessian of task ``which`` ("P" or "H") of the batch at the current parameters."""
         raise NotImplementedError
 
     def reg_well(self, S: torch.Tensor) -> torch.Tensor:
@@ -214,20 +272,29 @@ class Protocol:
         """The dummy layer's effect on theta's gradient, in theta's orientation (nn.Linear's W = theta^T).
 
         Dense route: a Cholesky solve with the batch's ``K + ridge I`` (``D x D``). Gram route with a batch of
-        ``N < D`` rows and ``ridge > 0``: :func:`woodbury_precondition` (an ``N x N`` Cholesky, cached per
-        batch); otherwise the dense solve with its Cholesky factor cached on the batch (the full batch is one
+        ``N < D`` rows and ``ridge > 0`` (also route "features" for terms whose gradient is not taken through the
+        features): :func:`woodbury_precondition` (an ``N x N`` Cholesky, cached per batch); otherwise the dense solve with its Cholesky factor cached on the batch (the full batch is one
         object per run, so it is factored once per run)."""
         ridge = self.ridge(which)
-        X = batch.X_P if which == "P" else batch.X_H
-        if self.route == "gram" and ridge > 0 and X.shape[0] < X.shape[1]:
+        X = batch.X(which)
+        if self.route != "dense" and ridge > 0 and X.shape[0] < X.shape[1]:
             return woodbury_precondition(grad_theta, X, ridge, self.precondition_side, batch.cache, which)
         K = batch.K_P if which == "P" else batch.K_H
         return precondition_weight_grad(grad_theta.T, K, ridge, self.precondition_side).T
 
+    def precondition_features(self, M: torch.Tensor, batch: Batch, which: str) -> torch.Tensor:
+        """Route "features": ``M'`` with ``X^T M' = precondition(X^T M)`` for ``X`` the batch's task ``which``
+        (:func:`woodbury_features`); needs ``ridge > 0``."""
+        ridge, X = self.ridge(which), batch.X(which)
+        if not ridge > 0:
+            raise ValueError(f"spectral_route 'features' needs ridge_{which} > 0 (Woodbury), got {ridge!r}; use "
+                             "'gram' or 'dense'")
+        return woodbury_features(M, X, ridge, self.precondition_side, batch.cache, which)
+
     @torch.no_grad()
     def monitor(self, p: Params) -> tuple[torch.Tensor, torch.Tensor]:
         """kappa(H_P), kappa(H_H) on the whole task (protocol's definition), for the history."""
-        full = self._full
+        full = self._full.for_step()
         return (torch_kappa(self.gram(p, full, "P"), self.kappa_definition, rtol=self.rank_rtol, shift=self.shift),
                 torch_kappa(self.gram(p, full, "H"), self.kappa_definition, rtol=self.rank_rtol, shift=self.shift))
 
@@ -240,9 +307,8 @@ class PaperProtocol(Protocol):
     kappa_definition = "pinv"
     has_bias = False
 
-    def gram(self, p, batch, which, theta=None, bias=None):
-        theta = p.theta if theta is None else theta
-        return hessian(theta, batch.K_P if which == "P" else batch.K_H, check=False)
+    def gram(self, p, batch, which):
+        return hessian(p.theta, batch.covariance(which), check=False)
 
     def reg_well(self, S):
         return r_well(S, psd=True, rtol=self.rank_rtol, on_degenerate=self.on_degenerate)
@@ -261,10 +327,10 @@ class OfficialProtocol(Protocol):
 
     supports_gram_route = True
 
-    def gram(self, p, batch, which, theta=None, bias=None):
-        """``S = Phi^T Phi`` (dense route, or N >= D), or its :class:`FeatureGram` (gram route, N < D)."""
-        Phi = self.features(p, batch.X_P if which == "P" else batch.X_H, theta, bias)
-        if self.route == "gram" and Phi.shape[0] < Phi.shape[1]:
+    def gram(self, p, batch, which):
+        """``S = Phi^T Phi`` (dense route, or N >= D), or its :class:`FeatureGram` (gram/features routes, N < D)."""
+        Phi = self.batch_features(p, batch, which)
+        if self.route != "dense" and Phi.shape[0] < Phi.shape[1]:
             return FeatureGram(Phi)
         S = Phi.T @ Phi
         return 0.5 * (S + S.T)
@@ -276,16 +342,8 @@ class OfficialProtocol(Protocol):
         return official_r2(S, self.shift)
 
 
-def woodbury_precondition(grad_theta: torch.Tensor, X: torch.Tensor, ridge: float, side: str,
-                          cache: dict | None = None, key: str = "") -> torch.Tensor:
-    """The dummy layer's preconditioning with ``K = X^T X`` (``X``: ``N x D``, ``N < D``) by Woodbury, in theta's
-    orientation: ``side="output"`` gives ``grad_theta (K + ridge I)^{-1}`` (the official code's solve on
-    nn.Linear's output index), ``side="input"`` gives ``(K + ridge I)^{-1} grad_theta``; equal to
-    :func:`kappalab.dummy_layer.precondition_weight_grad` on ``grad_theta^T`` (transposed back).
-
-    ``(X^T X + r I)^{-1} B = (B - X^T (r I + X X^T)^{-1} X B) / r``: one ``N x N`` Cholesky (cached in ``cache``
-    under ``key`` when given) and products with X, instead of a ``D x D`` factorization. ``ridge`` must be > 0.
-    """
+def _woodbury_factor(X: torch.Tensor, ridge: float, cache: dict | None, key: str) -> torch.Tensor:
+    """Cholesky factor of ``X X^T + ridge I`` (``N x N``), cached in ``cache`` under ``key`` when given."""
     if not ridge > 0:
         raise ValueError(f"ridge must be > 0 for the Woodbury identity, got {ridge!r}")
     name = f"woodbury_{key}_{ridge!r}"
@@ -299,12 +357,46 @@ def woodbury_precondition(grad_theta: torch.Tensor, X: torch.Tensor, ridge: floa
                              f"pivot {int(info)})")
         if cache is not None:
             cache[name] = L
+    return L
+
+
+def woodbury_precondition(grad_theta: torch.Tensor, X: torch.Tensor, ridge: float, side: str,
+                          cache: dict | None = None, key: str = "") -> torch.Tensor:
+    """The dummy layer's preconditioning with ``K = X^T X`` (``X``: ``N x D``, ``N < D``) by Woodbury, in theta's
+    orientation: ``side="output"`` gives ``grad_theta (K + ridge I)^{-1}`` (the official code's solve on
+    nn.Linear's output index), ``side="input"`` gives ``(K + ridge I)^{-1} grad_theta``; equal to
+    :func:`kappalab.dummy_layer.precondition_weight_grad` on ``grad_theta^T`` (transposed back).
+
+    ``(X^T X + r I)^{-1} B = (B - X^T (r I + X X^T)^{-1} X B) / r``: one ``N x N`` Cholesky (cached in ``cache``
+    under ``key`` when given) and products with X, instead of a ``D x D`` factorization. ``ridge`` must be > 0.
+    """
+    L = _woodbury_factor(X, ridge, cache, key)
     scale = 1.0 / ridge  # (B - P Q) / r as one fused addmm: B / r - (P Q) / r
     if side == "output":
         T = grad_theta @ X.T  # D x N
         return torch.addmm(grad_theta, torch.cholesky_solve(T.T, L).T, X, beta=scale, alpha=-scale)
     if side == "input":
         return torch.addmm(grad_theta, X.T, torch.cholesky_solve(X @ grad_theta, L), beta=scale, alpha=-scale)
+    raise ValueError(f"side must be 'input' or 'output', got {side!r}")
+
+
+def woodbury_features(M: torch.Tensor, X: torch.Tensor, ridge: float, side: str, cache: dict | None = None,
+                      key: str = "") -> torch.Tensor:
+    """:func:`woodbury_precondition` of a gradient ``X^T M`` that lies in the row space of ``X`` (``M``: ``N x D``,
+    e.g. ``dL/dPhi`` for ``Phi = X theta``), returned as ``M'`` with ``X^T M' = woodbury_precondition(X^T M)``,
+    so that the ``D x D`` gradient is never formed:
+
+    * ``side="output"``: ``X^T M (X^T X + r I)^{-1} = X^T (M - (M X^T) A^{-1} X) / r`` with ``A = X X^T + r I``;
+    * ``side="input"``: ``(X^T X + r I)^{-1} X^T M = X^T A^{-1} M`` (push-through identity).
+
+    Costs ``O(N^2 D)`` (the ``N x N`` Cholesky shared with :func:`woodbury_precondition` through ``cache``).
+    """
+    L = _woodbury_factor(X, ridge, cache, key)
+    if side == "output":
+        # (M X^T) A^{-1} = (A^{-1} X M^T)^T since A is symmetric
+        return torch.addmm(M, torch.cholesky_solve(X @ M.T, L).T, X, beta=1.0 / ridge, alpha=-1.0 / ridge)
+    if side == "input":
+        return torch.cholesky_solve(M, L)
     raise ValueError(f"side must be 'input' or 'output', got {side!r}")
 
 

@@ -135,9 +135,10 @@ def official_r2(S, shift: float = DEFAULT_SHIFT):
 
 # ---- the gram route: the same quantities from the N x N Gram matrix of a minibatch's features -----------------
 
-#: ``extra.spectral_route`` values: "dense" (eigvalsh of the D x D S = Phi^T Phi; the default, Table 1) or "gram"
-#: (eigvalsh of the N x N Phi Phi^T when N < D; Table 2's 64-row minibatches of 784-dim features).
-SPECTRAL_ROUTES: tuple[str, ...] = ("dense", "gram")
+#: ``extra.spectral_route`` values: "dense" (eigvalsh of the D x D S = Phi^T Phi; the default, Table 1), "gram"
+#: (eigvalsh of the N x N Phi Phi^T when N < D) or "features" (the gram route with theta's gradient assembled in
+#: feature space; Table 2's 64-row minibatches of 784-dim features). See :mod:`kappalab.immunization.protocols`.
+SPECTRAL_ROUTES: tuple[str, ...] = ("dense", "gram", "features")
 
 
 class FeatureGram:

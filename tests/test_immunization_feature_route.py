@@ -1,0 +1,170 @@
+"""The official protocol's "features" route equals its "gram" route (and so the dense one) up to rounding.
+
+Route "features" differentiates each term with respect to the step's features ``Phi = X theta + 1 b^T`` and maps
+the result back: theta's gradient ``X_P^T M_P + X_H^T M_H``, a preconditioned term's ``M`` through
+:func:`woodbury_features`, IMMA's inner step in feature space with the kernel ``X X_H^T + 1 1^T``. Every identity is
+exact in exact arithmetic, so the two routes must agree to a small multiple of float64 rounding: per step to
+1e-10 relative (a few dozen operations of condition ~1e3 on eps = 2.2e-16 leave ~1e-12; 1e-10 leaves room and
+would still catch any missing term, whose size is O(1) relative), over a 10-step Adam run to 1e-8 (Adam divides by
+sqrt(v) + eps, which can amplify a rounding difference in a tiny gradient entry; the same bound as the gram-vs-dense
+test).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kappalab.immunization import immunize
+from kappalab.immunization.config import MethodConfig
+from kappalab.immunization.methods import TERMS, Term, step_gradients
+from kappalab.immunization.protocols import make_protocol, woodbury_features, woodbury_precondition
+from kappalab.immunization.task import LinearTask
+
+SHIFT = 1e-6
+METHODS = ["ours", "rill_only", "opt_kappa", "imma"]
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def _task(seed: int = 0, n: int = 40, D: int = 50) -> LinearTask:
+    rng = np.random.default_rng(seed)
+    X_P, X_H = rng.standard_normal((n, D)), rng.standard_normal((n, D))
+    y_P = (rng.standard_normal(n) > 0).astype(np.float64)
+    y_H = (rng.standard_normal(n) > 0).astype(np.float64)
+    return LinearTask(X_P=X_P, y_P=y_P, X_H=X_H, y_H=y_H, loss="bce", name="toy", data_label="random")
+
+
+def _cfg(method: str, route: str, **extra_changes) -> MethodConfig:
+    extra = {"shift": SHIFT, "spectral_route": route, "inner_steps": 2, **extra_changes}
+    if method == "rill_only":
+        extra["supervised_loss"] = False
+    return MethodConfig(method=method, protocol="official", eta=1e-3, lambda_P=1.0 if method != "rill_only" else 0.0,
+                        lambda_H=10.0, epochs=2, batch_size=8, ridge_P=1.0, ridge_H=1e-2, extra=extra)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("side", ["output", "input"])
+@pytest.mark.parametrize("ridge", [1e-7, 1e-2, 1.0])
+def test_woodbury_features_maps_back_to_the_preconditioned_gradient(seed, side, ridge):
+    """Reference: ``(X^T X + r I)^{-1} = V diag(1 / (s^2 + r)) V^T`` from the full SVD of X (orthogonal factors
+    only). Tolerance: the map's condition number ``1 + s_max^2 / r`` times 64 eps. It is the problem's, not the
+    method's: the input side of a gradient with a rounding-level component in null(X) divides that component by
+    r (measured: both Woodbury forms ~1e-7 from the reference at r = 1e-7, the output side ~1e-15 at every r)."""
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(9, 25, generator=gen, dtype=torch.float64)
+    M = torch.randn(9, 25, generator=gen, dtype=torch.float64)
+    _, s, Vh = torch.linalg.svd(X, full_matrices=True)
+    s2 = torch.zeros(25, dtype=torch.float64)
+    s2[:9] = s ** 2
+    inverse = Vh.T @ torch.diag(1.0 / (s2 + ridge)) @ Vh
+    G = X.T @ M
+    reference = G @ inverse if side == "output" else inverse @ G
+    tol = 64 * torch.finfo(torch.float64).eps * (1.0 + float(s[0]) ** 2 / ridge)
+    cache: dict = {}
+    mapped = X.T @ woodbury_features(M, X, ridge, side, cache, "H")
+    direct = woodbury_precondition(G, X, ridge, side, cache, "H")
+    assert len(cache) == 1  # the N x N factor is shared by both functions
+    assert _rel(mapped, reference) < tol, (side, ridge, _rel(mapped, reference), tol)
+    assert _rel(direct, reference) < tol, (side, ridge, _rel(direct, reference), tol)
+    with pytest.raises(ValueError, match="side"):
+        woodbury_features(M, X, ridge, "left")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_one_step_gradients_equal_the_gram_route(method):
+    task = _task(1)
+    grads = {}
+    for route in ("gram", "features"):
+        cfg = _cfg(method, route)
+        proto = make_protocol(task, cfg, "cpu")
+        p = proto.init_params(0, with_w_H=method == "imma")
+        batch = next(proto.batches(torch.Generator().manual_seed(1))).for_step()
+        assert proto.feature_space(batch) == (route == "features")
+        total, _ = step_gradients(proto, p, batch, cfg)
+        grads[route] = [total.get(id(t)) for t in p.all()]
+    for name, a, b in zip(["theta", "bias", "w_P", "w_H"], grads["features"], grads["gram"]):
+        assert (a is None) == (b is None), (method, name)  # R_ill Only leaves the head alone on both routes
+        if b is not None:
+            assert _rel(a, b) < 1e-10, (method, name, _rel(a, b))
+
+
+def test_imma_inner_step_in_feature_space_equals_the_parameter_step():
+    task = _task(3)
+    phis = {}
+    for route in ("gram", "features"):
+        proto = make_protocol(task, _cfg("imma", route), "cpu")
+        p = proto.init_params(0, with_w_H=True)
+        batch = next(proto.batches(torch.Generator().manual_seed(2))).for_step()
+        phis[route] = [Phi.detach() for Phi in proto.adapted_features(p, batch, steps=3, lr=0.5)]
+        phi0 = proto.features(p, batch.X_H).detach()
+    for a, b in zip(phis["features"], phis["gram"]):
+        assert _rel(a, b) < 1e-12
+    assert _rel(phis["features"][1], phi0) > 1e-3  # lr 0.5: the inner steps really move the features
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_short_immunize_run_same_theta_under_gram_and_feature_routes(method):
+    task = _task(2)
+    runs = {route: immunize(task, _cfg(method, route), seed=0) for route in ("gram", "features")}
+    g, f = runs["gram"], runs["features"]
+    assert g.n_steps == f.n_steps == 10
+    rel = np.abs(f.theta_I - g.theta_I).max() / np.abs(g.theta_I).max()
+    assert rel < 1e-8, rel
+    np.testing.assert_allclose(f.bias, g.bias, rtol=0, atol=1e-8 * np.abs(g.bias).max())
+
+
+def test_batches_with_more_rows_than_columns_fall_back_to_the_gram_route():
+    task = _task(4, n=40, D=6)  # batch 8 > D 6: no feature leaves, the dense products are the cheap ones
+    runs = {route: immunize(task, _cfg("ours", route), seed=0) for route in ("gram", "features")}
+    np.testing.assert_array_equal(runs["features"].theta_I, runs["gram"].theta_I)
+
+
+def test_fused_adam_is_the_same_update_as_the_loop():
+    task = _task(5)
+    loop = immunize(task, _cfg("ours", "features"), seed=0)
+    fused = immunize(task, _cfg("ours", "features", adam_fused=True), seed=0)
+    rel = np.abs(fused.theta_I - loop.theta_I).max() / np.abs(loop.theta_I).max()
+    assert rel < 1e-12, rel  # the same elementwise formula; only the operation order may differ
+
+
+def test_monitor_every_measures_kappa_at_the_named_epochs_and_the_last():
+    task = _task(6)
+    run = immunize(task, _cfg("ours", "features", monitor_every=2).replace(epochs=5), seed=0)
+    assert run.history["kappa_epoch"] == [2.0, 4.0, 5.0]
+    assert len(run.history["kappa_P"]) == len(run.history["kappa_H"]) == 3
+    assert len(run.history["R_ill"]) == 5  # the terms are still logged every epoch
+
+
+@pytest.mark.parametrize("name,value", [("monitor_every", 0), ("monitor_every", 1.5), ("adam_fused", "yes")])
+def test_bad_engine_options_are_rejected_by_name(name, value):
+    with pytest.raises(ValueError, match=name):
+        immunize(_task(0), _cfg("ours", "features", **{name: value}), seed=0)
+
+
+def test_feature_route_needs_a_positive_ridge_and_the_official_protocol():
+    task = _task(0)
+    cfg = _cfg("ours", "features").replace(ridge_H=0.0)
+    with pytest.raises(ValueError, match="ridge_H"):
+        immunize(task, cfg, seed=0)
+    with pytest.raises(ValueError, match="official protocol only"):
+        make_protocol(task, _cfg("ours", "features").replace(protocol="paper"), "cpu")
+
+
+def test_a_term_preconditioned_with_the_other_tasks_covariance_is_refused(monkeypatch):
+    """The feature-space map needs the term's features and its preconditioner to come from the same X."""
+    def crossed(proto, p, b, cfg):
+        value = proto.reg_ill(proto.gram(p, b, "H"))
+        return [Term("crossed", value, p.extractor(), "P")]
+
+    monkeypatch.setitem(TERMS, "ours", crossed)
+    task = _task(0)
+    cfg = _cfg("ours", "features")
+    proto = make_protocol(task, cfg, "cpu")
+    p = proto.init_params(0, with_w_H=False)
+    batch = next(proto.batches(torch.Generator().manual_seed(0))).for_step()
+    with pytest.raises(ValueError, match="crossed"):
+        step_gradients(proto, p, batch, cfg)

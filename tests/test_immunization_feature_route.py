@@ -168,3 +168,19 @@ def test_a_term_preconditioned_with_the_other_tasks_covariance_is_refused(monkey
     batch = next(proto.batches(torch.Generator().manual_seed(0))).for_step()
     with pytest.raises(ValueError, match="crossed"):
         step_gradients(proto, p, batch, cfg)
+
+
+def test_a_term_that_bypasses_the_step_features_is_refused(monkeypatch):
+    """A term computed from theta directly (not through Protocol.batch_features) would lose its gradient."""
+    def direct(proto, p, b, cfg):
+        return [Term("direct", (p.theta ** 2).sum(), p.extractor())]
+
+    monkeypatch.setitem(TERMS, "ours", direct)
+    task = _task(0)
+    cfg = _cfg("ours", "features")
+    proto = make_protocol(task, cfg, "cpu")
+    p = proto.init_params(0, with_w_H=False)
+    batch = next(proto.batches(torch.Generator().manual_seed(0))).for_step()
+    proto.batch_features(p, batch, "P")  # leaves exist, the term ignores them
+    with pytest.raises(ValueError, match="direct"):
+        step_gradients(proto, p, batch, cfg)

@@ -25,7 +25,7 @@ def low_rank_data(rng: np.random.Generator, n: int, d: int, rank: int) -> np.nda
 @pytest.mark.parametrize("n, d", [(12, 30), (30, 12)])
 def test_gram_spectrum_is_the_nonzero_spectrum(rng: np.random.Generator, n: int, d: int) -> None:
     X = low_rank_data(rng, n, d, rank=9)
-    lam = table2.gram_eigenvalues(X)
+    lam = table2.feature_spectrum(X)
     assert lam.shape == (min(n, d),)
     full = np.linalg.eigvalsh(X.T @ X)
     top = full.max()
@@ -39,8 +39,8 @@ def test_rir_from_spectra_matches_the_core(rng: np.random.Generator) -> None:
     """Without a rank ambiguity (N < D, full row rank) the stored-spectra RIR is the core's Eq. 15."""
     X_P, X_H = rng.standard_normal((10, 25)), rng.standard_normal((10, 25))
     theta = np.eye(25) + 0.3 * rng.standard_normal((25, 25))
-    spectra = {"K_P": table2.gram_eigenvalues(X_P), "K_H": table2.gram_eigenvalues(X_H),
-               "H_P": table2.gram_eigenvalues(X_P @ theta), "H_H": table2.gram_eigenvalues(X_H @ theta)}
+    spectra = {"K_P": table2.feature_spectrum(X_P), "K_H": table2.feature_spectrum(X_H),
+               "H_P": table2.feature_spectrum(X_P @ theta), "H_H": table2.feature_spectrum(X_H @ theta)}
     ours = table2.rir_from_spectra(spectra)
     core = rir(theta, X_P.T @ X_P, X_H.T @ X_H, rtol=1e-10)
     assert ours["term_i"] == pytest.approx(core.term_i, rel=1e-7)
@@ -53,8 +53,8 @@ def test_rank_from_K_on_rank_deficient_data(rng: np.random.Generator) -> None:
     theta keeps it), which equals the core's Eq. 15 at a tolerance inside the spectral gap."""
     X_P, X_H = low_rank_data(rng, 15, 30, 8), low_rank_data(rng, 15, 30, 11)
     theta = np.eye(30) + 0.2 * rng.standard_normal((30, 30))
-    spectra = {"K_P": table2.gram_eigenvalues(X_P), "K_H": table2.gram_eigenvalues(X_H),
-               "H_P": table2.gram_eigenvalues(X_P @ theta), "H_H": table2.gram_eigenvalues(X_H @ theta)}
+    spectra = {"K_P": table2.feature_spectrum(X_P), "K_H": table2.feature_spectrum(X_H),
+               "H_P": table2.feature_spectrum(X_P @ theta), "H_H": table2.feature_spectrum(X_H @ theta)}
     ours = table2.rir_from_spectra(spectra)
     assert (ours["rank_P"], ours["rank_H"]) == (8, 11)
     core = rir(theta, X_P.T @ X_P, X_H.T @ X_H, rtol=1e-9)
@@ -129,10 +129,40 @@ def test_spectral_route_is_recorded_and_never_mixed(tmp_path: Path) -> None:
     plan = table2.plan_from_args(table2.build_parser().parse_args(["--protocol", "official", "--out",
                                                                    str(tmp_path)]))
     table2.check_store_route(plan, "features")  # empty store: fine
-    RunStore(plan.store_path).append({"key": "k", "params": {}, "result": {"train_s": 1.0}})
+    RunStore(plan.store_path).append({"key": "k", "params": {}, "result": {"train_s": 1.0, "spectra": "svd"}})
     assert table2.record_route(RunStore(plan.store_path).records()[0]) == "dense"
     table2.check_store_route(plan, "dense")
     with pytest.raises(ValueError, match="spectral_route"):
         table2.check_store_route(plan, "features")
     assert table2.main(["--protocol", "official", "--out", str(tmp_path), "--pairs", "0-1", "--seeds", "0",
                         "--no-progress"]) == 2
+    # a store whose spectra are Gram eigenvalues (records before the "spectra" field) takes no new runs
+    old = tmp_path / "old"
+    old.mkdir()
+    old_plan = table2.plan_from_args(table2.build_parser().parse_args(["--protocol", "official", "--out", str(old)]))
+    RunStore(old_plan.store_path).append({"key": "k", "params": {}, "result": {"spectral_route": "features"}})
+    with pytest.raises(ValueError, match="eigvalsh-gram"):
+        table2.check_store_route(old_plan, "features")
+
+
+def test_feature_spectrum_resolves_kappa_far_beyond_the_eigenvalue_floor(rng: np.random.Generator) -> None:
+    """kappa(F^T F) = 1e20 (singular values 1 .. 1e-10, rank 8 of 12 x 30): the SVD-based spectrum matches the
+    exact singular values of the float64 F (mpmath, 40 digits) to its error bound 2 * 8 eps sigma_max / sigma_k
+    relative on lambda_k = sigma_k^2 (4e-5 here); eigvalsh of the Gram matrix F F^T, whose absolute error is
+    ~eps lambda_max = 2e-16 against lambda_min = 1e-20, cannot (it is off by more than 10%: rounding decides it)."""
+    mpmath = pytest.importorskip("mpmath")
+    s = np.logspace(0, -10, 8)
+    U = np.linalg.qr(rng.standard_normal((12, 8)))[0]
+    V = np.linalg.qr(rng.standard_normal((30, 8)))[0]
+    F = U @ np.diag(s) @ V.T
+    with mpmath.workdps(40):
+        exact = sorted((float(x) ** 2 for x in mpmath.svd_r(mpmath.matrix(F.tolist()), compute_uv=False)),
+                       reverse=True)[:8]
+    got = table2.feature_spectrum(F)[::-1][:8]
+    bound = 2 * 8 * np.finfo(np.float64).eps * s[0] / s
+    np.testing.assert_array_less(np.abs(got - exact) / exact, bound,
+                                 err_msg=f"svd {got!r}\nexact {exact!r}")
+    k = table2.kappa_from_eigenvalues(table2.feature_spectrum(F), rank=8)
+    assert k == pytest.approx(exact[0] / exact[7], rel=bound[-1])
+    gram = np.sort(np.linalg.eigvalsh(F @ F.T))[::-1]
+    assert abs(gram[7] - exact[7]) > 0.1 * exact[7], (gram[7], exact[7])

@@ -143,6 +143,9 @@ def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig) 
             if term.precondition is not None and param is p.theta:
                 g = proto.precondition(g, batch, term.precondition)
             total[id(param)] = total[id(param)] + g if id(param) in total else g
+        if through_features and all(M is None for M in grads[len(params):]):
+            raise ValueError(f"term {term.name!r} updates the extractor but does not depend on the step's features "
+                             "(Protocol.batch_features): the 'features' route would drop its gradient")
         for which, M in zip(names, grads[len(params):]):
             if M is None:
                 continue

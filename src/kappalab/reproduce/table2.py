@@ -10,15 +10,15 @@ authors' code: a degenerate pre-training task, only the covariances matter for R
 from ``experiments/configs/table2_<protocol>_<method>.json`` (Table 4's MNIST row is ``table2_mnist_linear.json``).
 
 The sweep is resumable (:mod:`kappalab.sweep`): one JSONL record per finished run in ``OUT/runs_<protocol>.jsonl``
-and, per run, ``OUT/spectra/<key>.npz`` with the Gram spectra below, enough to recompute (i), (ii) and RIR without
+and, per run, ``OUT/spectra/<key>.npz`` with the spectra below, enough to recompute (i), (ii) and RIR without
 the model. The report (markdown, CSV, JSON, Figure 2 PNG+PDF) is rebuilt from the records alone.
 
 Rank tolerance. ``N = 500 < D = 784`` and many pixels are constant over a digit's images (rank(K) is 306 for
 the 1s, 449 for the 0s), so ``K = X^T X`` and ``H(theta) = theta^T K theta`` are singular and kappa needs the
 smallest NONZERO eigenvalue. Besides the shared :func:`kappalab.immunization.evaluate` (D x D eigenvalues, "pinv"
-and "shifted" kappa, with its sensitivity block), each run stores the eigenvalues of the N x N Gram matrices
-``(X theta)(X theta)^T`` and ``X X^T`` (:func:`gram_eigenvalues`): the nonzero spectra of H and K without the
-D - N structural zeros. The headline kappa (:func:`rir_from_spectra`) decides the rank k once per split, on K, at
+and "shifted" kappa, with its sensitivity block), each run stores the squared singular values of ``X theta (+ 1
+b^T)`` and ``X`` (:func:`feature_spectrum`, by SVD: accurate far below the ~1e-15 lambda_max floor of any
+eigenvalue solver): the nonzero spectra of H and K without the D - N structural zeros. The headline kappa (:func:`rir_from_spectra`) decides the rank k once per split, on K, at
 ``rtol = N eps`` (NumPy's convention), and uses the same k for ``H(theta_I)`` (rank(H) = rank(K) for an
 invertible theta). The report recomputes everything from the stored spectra, and also gives RIR at ``10 x`` and
 ``0.1 x`` that tolerance and with each matrix's own numerical rank.
@@ -120,12 +120,18 @@ def table2_config(protocol: str, method: str):
 
 # ---- spectra and kappa from them -----------------------------------------------------------------------------
 
-def gram_eigenvalues(F: np.ndarray) -> np.ndarray:
-    """Ascending eigenvalues of the smaller Gram matrix of features ``F`` (N x D): ``F F^T`` when N <= D, else
-    ``F^T F``. Both have the nonzero spectrum of ``H = F^T F`` (``F = X theta (+ 1 b^T)``; ``F = X``: of ``K``);
-    the smaller one has no ``|D - N|`` structural zeros, so the rank tolerance only judges genuine near-zeros."""
-    G = F @ F.T if F.shape[0] <= F.shape[1] else F.T @ F
-    return np.linalg.eigvalsh(0.5 * (G + G.T))
+def feature_spectrum(F: np.ndarray) -> np.ndarray:
+    """The nonzero spectrum of ``H = F^T F`` (``F = X theta (+ 1 b^T)``; ``F = X``: of ``K``) without its
+    ``|D - N|`` structural zeros: the ``min(N, D)`` squared singular values of ``F`` (N x D), ascending.
+
+    Computed by the SVD of F, not by ``eigvalsh`` of the Gram matrix ``F F^T``: the Gram eigensolver's absolute
+    error is ~eps lambda_max, so it cannot resolve an eigenvalue below ~1e-15 lambda_max (kappa > ~1e15), whereas
+    the SVD's absolute error is ~eps sigma_max on sigma, i.e. it resolves lambda_k / lambda_1 down to ~eps^2.
+    Table 2's immunized H reach kappa ~1e17 (IMMA, Opt kappa): measured on pair 4-1, seed 0, IMMA, three runs whose
+    theta_I differ by 1e-11 (two spectral routes, two Adam kernels) gave RIR 0.60, 0.60, 0.57 from Gram
+    eigenvalues and 3.66689 (all six digits equal) from the SVD (``tests/test_reproduce_table2.py`` checks the
+    resolution against an exactly known spectrum)."""
+    return np.sort(np.linalg.svd(F, compute_uv=False) ** 2)
 
 
 def default_rtol(eigenvalues: np.ndarray) -> float:
@@ -247,6 +253,17 @@ def run_key(protocol: str, method: str, a: int, b: int, seed: int, epochs: int, 
     return f"{protocol}.{method}.{a}-{b}.s{seed}.e{epochs}" + ("" if pool == 1 else f".p{pool}")
 
 
+#: how the stored spectra are computed (records without the field hold Gram eigenvalues, "eigvalsh-gram")
+SPECTRA_METHOD = "svd"
+
+
+@functools.lru_cache(maxsize=8)
+def _data_spectra(a: int, b: int, seed: int, directory: str | None, pool: int) -> dict[str, np.ndarray]:
+    """K_P's and K_H's spectra of a task (theta-independent: shared by the four methods' runs in one worker)."""
+    task = mnist_task(a, b, seed, directory, pool)
+    return {"K_P": feature_spectrum(task.X_P), "K_H": feature_spectrum(task.X_H)}
+
+
 def run_one(params: dict[str, Any]) -> dict[str, Any]:
     """Sweep worker: immunize one pair, evaluate it, store its spectra; returns the record's ``result``."""
     from kappalab.immunization import evaluate, features, immunize
@@ -263,9 +280,9 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
     run = immunize(task, cfg, seed, device=params.get("device", "cpu"))
     train_s = time.perf_counter() - start
     theta = np.asarray(run.theta_I, dtype=np.float64)
-    spectra = {"K_P": gram_eigenvalues(task.X_P), "K_H": gram_eigenvalues(task.X_H),
-               "H_P": gram_eigenvalues(features(theta, task.X_P, run.bias)),
-               "H_H": gram_eigenvalues(features(theta, task.X_H, run.bias))}
+    spectra = {**_data_spectra(a, b, seed, params.get("data_dir"), pool),
+               "H_P": feature_spectrum(features(theta, task.X_P, run.bias)),
+               "H_H": feature_spectrum(features(theta, task.X_H, run.bias))}
     folder = Path(params["out"]) / "spectra"
     folder.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(folder / f"{params['key']}.npz", **spectra)
@@ -275,7 +292,7 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
         "evaluate": evaluation, "train_s": train_s, "n_steps": run.n_steps,
         "degenerate_count": run.degenerate_count, "spectra_file": f"spectra/{params['key']}.npz",
         "config_source": list(cfg.source), "data_label": task.data_label,
-        "spectral_route": cfg.get("spectral_route", "dense"),
+        "spectral_route": cfg.get("spectral_route", "dense"), "spectra": SPECTRA_METHOD,
     }
     if params.get("probe"):
         result["probe"] = probe_measures(theta, run.bias, task.X_P, task.X_H, a, b, seed, params.get("data_dir"),
@@ -391,8 +408,12 @@ def table(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 "rir_own_rank_rtol_x10", "rir_pinv_DxD", "rir_shifted",
                 "rir_pinv_DxD_rtol_x0.1", "rir_pinv_DxD_rtol_x10", "total_s")
         out[method] = {"n_runs": len(mine), "n_pairs": len({(r["a"], r["b"]) for r in mine}),
+                       "n_seeds": len({r["seed"] for r in mine}),
                        **{c: _mean_std([r[c] for r in mine]) for c in cols},
-                       "median_rir": float(np.median([r["rir"] for r in mine]))}
+                       "median_rir": float(np.median([r["rir"] for r in mine])),
+                       **{f"{c}_seed_means": _mean_std([float(np.mean([r[c] for r in mine if r["seed"] == seed]))
+                                                        for seed in sorted({r["seed"] for r in mine})])
+                          for c in ("term_i", "term_ii", "rir")}}
     return out
 
 
@@ -524,6 +545,13 @@ def markdown(summary: dict[str, Any], plan: SweepPlan) -> str:
         ref = PAPER_TABLE2[m]
         lines.append(f"| {METHOD_LABELS[m]} | {t['n_runs']} | {_fmt(*t['term_i'])} | {_fmt(*t['term_ii'])} | "
                      f"{_fmt(*t['rir'])} | {t['median_rir']:.4g} | " + " | ".join(_fmt(*x) for x in ref) + " |")
+    lines += ["", "The paper's +- convention (\"computed over 3 random seeds and averaged over all digit pairs\"): "
+              "per seed, the mean over its pairs; then mean +- std of those seed means (a std over seeds only):", "",
+              "| Method | seeds | (i) | (ii) | RIR | paper RIR |", "|---|---|---|---|---|---|"]
+    for m, t in summary["table"].items():
+        lines.append(f"| {METHOD_LABELS[m]} | {t['n_seeds']} | {_fmt(*t['term_i_seed_means'])} | "
+                     f"{_fmt(*t['term_ii_seed_means'])} | {_fmt(*t['rir_seed_means'])} | "
+                     f"{_fmt(*PAPER_TABLE2[m][2])} |")
     lines += ["", "RIR under other kappa definitions and rank tolerances (mean +- std): headline rule at rtol x0.1 "
               "and x10; each matrix its own rank (Gram) at x0.1, x1, x10; the D x D pinv kappa of the shared "
               "evaluate (rtol D eps) at x0.1, x1, x10; the official code's shifted kappa (1e-6):", "",
@@ -577,6 +605,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-probe", action="store_true", help="skip the independent (probing) measures")
     parser.add_argument("--report-only", action="store_true", help="rebuild the report from the store, run nothing")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--compare-with", type=Path, default=None, metavar="DIR",
+                        help="also write reproducibility_<protocol>.{md,json}: run-by-run differences of (i), (ii), "
+                             "RIR between this store and the one in DIR (same keys, e.g. another spectral route)")
     return parser
 
 
@@ -614,11 +645,17 @@ def record_route(record: dict[str, Any]) -> str:
 
 
 def check_store_route(plan: "SweepPlan", route: str) -> None:
-    """Refuse to add runs of one spectral route to a store holding runs of another (no silently mixed table)."""
-    others = sorted({record_route(r) for r in RunStore(plan.store_path).records()} - {route})
+    """Refuse to add runs of one spectral route, or with spectra computed another way, to a store holding other
+    runs (no silently mixed table)."""
+    records = RunStore(plan.store_path).records()
+    others = sorted({record_route(r) for r in records} - {route})
     if others:
         raise ValueError(f"{plan.store_path} holds runs made with spectral_route {others}, the configs now say "
                          f"{route!r}: use another --out (default: docs/reproduction/table2/<route>)")
+    stale = sorted({(r.get("result") or {}).get("spectra", "eigvalsh-gram") for r in records} - {SPECTRA_METHOD})
+    if stale:
+        raise ValueError(f"{plan.store_path} holds runs whose spectra were computed by {stale}, this version stores "
+                         f"{SPECTRA_METHOD!r} spectra: use another --out")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -649,4 +686,50 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.workers} worker(s)); {summary.skipped} were already done")
     result = write_report(plan, len(jobs), header)
     print(f"table2: report of {result['n_runs']}/{len(jobs)} runs in {plan.out}")
+    if args.compare_with is not None:
+        other = SweepPlan(**{**plan.__dict__, "out": args.compare_with})
+        if not other.store_path.is_file():
+            print(f"kappalab reproduce table2: --compare-with: no store {other.store_path}", file=sys.stderr)
+            return 2
+        comparison = reproducibility(plan, other)
+        print(f"table2: {comparison['n_common']} runs compared with {other.store_path} "
+              f"-> {plan.out / f'reproducibility_{plan.protocol}.md'}")
     return 0
+
+
+def reproducibility(plan: SweepPlan, other: SweepPlan) -> dict[str, Any]:
+    """Run-by-run comparison of two stores of the same sweep (keys in both; e.g. two mathematically equal spectral
+    routes, whose runs differ only by rounding): per method the median and maximum relative difference
+    ``|a - b| / |b|`` of (i), (ii) and RIR, each recomputed from the stored spectra; written next to the report as
+    ``reproducibility_<protocol>.{md,json}``."""
+    rows = {name: {r["key"]: r for r in run_rows(RunStore(p.store_path).records(), p.out)}
+            for name, p in (("this", plan), ("other", other))}
+    common = sorted(set(rows["this"]) & set(rows["other"]))
+    per_method: dict[str, dict[str, Any]] = {}
+    for method in METHODS:
+        keys = [k for k in common if rows["this"][k]["method"] == method]
+        if not keys:
+            continue
+        entry: dict[str, Any] = {"n": len(keys)}
+        for col in ("term_i", "term_ii", "rir"):
+            rel = np.array([abs(rows["this"][k][col] - rows["other"][k][col]) / abs(rows["other"][k][col])
+                            for k in keys])
+            entry[col] = {"median": float(np.median(rel)), "max": float(rel.max()),
+                          "n_above_1e-2": int(np.sum(rel > 1e-2))}
+        per_method[method] = entry
+    summary = {"this": str(plan.store_path), "other": str(other.store_path), "n_common": len(common),
+               "per_method": per_method}
+    lines = [f"### Run-by-run reproducibility: `{plan.store_path}` vs `{other.store_path}`", "",
+             f"{len(common)} runs in both stores (same protocol, method, pair, seed, epochs); relative difference "
+             "|a - b| / |b| of each quantity, recomputed from each store's spectra: median, max, and the count of runs "
+             "differing by more than 1%.", "",
+             "| Method | runs | (i) median | (i) max | (ii) median | (ii) max | RIR median | RIR max | RIR > 1% |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for method, e in per_method.items():
+        lines.append(f"| {METHOD_LABELS[method]} | {e['n']} | " + " | ".join(
+            f"{e[c][q]:.2g}" for c in ("term_i", "term_ii", "rir") for q in ("median", "max"))
+            + f" | {e['rir']['n_above_1e-2']} |")
+    stem = plan.out / f"reproducibility_{plan.protocol}"
+    stem.with_suffix(".json").write_text(json.dumps(to_jsonable(summary), indent=1, sort_keys=True))
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return summary

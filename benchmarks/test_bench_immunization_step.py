@@ -3,9 +3,12 @@ routes, per method: what the "gram" and "features" routes buy (``pytest --benchm
 one benchmark group per method, so pytest-benchmark prints the routes' ratios from one run).
 
 Each timed call is ``step_gradients`` on a fresh step view of the same batch plus the Adam update (the config's
-``adam_fused``); data are random (the cost does not depend on the pixels). Before timing, the test checks that the
-route's gradients equal the dense route's to 1e-8 relative (the parity tests of ``tests/`` bound them tighter on
-small shapes), so a fast wrong route cannot pass.
+``adam_fused``); data are random (the cost does not depend on the pixels). Before timing, the test checks the
+route's gradients against the next slower route (so a fast wrong route cannot pass): "features" against "gram" to
+1e-8 relative (equal algebra, measured ~1e-12), "gram" against "dense" to 1e-4 relative: at ridge_H = 1e-7 the
+dense route's D x D Cholesky solve is itself off by ~4e-6 from an SVD-based reference (Woodbury by ~1e-13) and its
+rounded null eigenvalue moves Opt kappa's gradient by ~1e-7 (docs/reproduction/table2.md, "Spectral routes";
+measured here: 2e-6).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kappalab.immunization.task import LinearTask  # noqa: E402
 
 D, N_TASK, BATCH = 784, 128, 64
 ROUTES = ("dense", "gram", "features")
+REFERENCE = {"gram": ("dense", 1e-4), "features": ("gram", 1e-8)}  #: route -> (checked against, relative bound)
 METHODS = ("ours", "rill_only", "opt_kappa", "imma")
 
 
@@ -60,12 +64,13 @@ def _gradients(method: str, route: str) -> list[torch.Tensor | None]:
 @pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("method", METHODS)
 def test_immunization_step(benchmark, method: str, route: str) -> None:
-    reference, got = _gradients(method, "dense"), _gradients(method, route)
-    for a, b in zip(got, reference):
-        assert (a is None) == (b is None)
-        if b is not None:
-            rel = float((a - b).abs().max() / b.abs().max())
-            assert rel < 1e-8, (method, route, rel)
+    if route in REFERENCE:
+        other, bound = REFERENCE[route]
+        for a, b in zip(_gradients(method, route), _gradients(method, other)):
+            assert (a is None) == (b is None)
+            if b is not None:
+                rel = float((a - b).abs().max() / b.abs().max())
+                assert rel < bound, (method, route, other, rel)
     proto, p, batch, cfg, opt = _setup(method, route)
 
     def step() -> None:

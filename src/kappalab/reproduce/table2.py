@@ -537,7 +537,8 @@ def markdown(summary: dict[str, Any], plan: SweepPlan) -> str:
     lines = [f"### Table 2, protocol `{plan.protocol}` - {h['data_label']}", "",
              f"{summary['n_runs']} of {summary['n_expected']} runs finished; epochs {plan.epochs}; "
              f"spectral route {' + '.join(summary.get('spectral_routes') or ['-'])}; "
-             "kappa from the stored Gram spectra, rank k decided on K at rtol = N eps and used for H(theta_I); "
+             "kappa from the stored spectra (squared singular values of the features, by SVD), rank k decided on K "
+             "at rtol = N eps and used for H(theta_I); "
              "mean +- std over all finished runs (pairs x seeds). Paper: full MNIST, reference only.", "",
              "| Method | runs | (i) up | (ii) down | RIR up | median RIR | paper (i) | paper (ii) | paper RIR |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -553,7 +554,7 @@ def markdown(summary: dict[str, Any], plan: SweepPlan) -> str:
                      f"{_fmt(*t['term_ii_seed_means'])} | {_fmt(*t['rir_seed_means'])} | "
                      f"{_fmt(*PAPER_TABLE2[m][2])} |")
     lines += ["", "RIR under other kappa definitions and rank tolerances (mean +- std): headline rule at rtol x0.1 "
-              "and x10; each matrix its own rank (Gram) at x0.1, x1, x10; the D x D pinv kappa of the shared "
+              "and x10; each matrix its own rank (same spectra) at x0.1, x1, x10; the D x D pinv kappa of the shared "
               "evaluate (rtol D eps) at x0.1, x1, x10; the official code's shifted kappa (1e-6):", "",
               "| Method | x0.1 | x10 | own rank x0.1 | own rank | own rank x10 | DxD x0.1 | DxD | DxD x10 | "
               "shifted | time/run (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]

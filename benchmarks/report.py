@@ -38,6 +38,8 @@ def load(paths: list[str]) -> tuple[dict, dict]:
                              "load1": (min(v[0] for v in loads), max(v[0] for v in loads)) if loads else None})
         for b in data["benchmarks"]:
             x = b["extra_info"]
+            if "method" not in x or "N" not in x:  # another family (test_bench_immunization_step): not a shape group
+                continue
             info.setdefault("blas", set()).add(x.get("blas"))
             info.setdefault("threads", set()).add(x.get("threads"))
             groups[(x["D"], x["N"])][x["method"]] = {"time": b["stats"]["min"], "median": b["stats"]["median"],

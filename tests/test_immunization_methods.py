@@ -38,6 +38,12 @@ def test_every_method_runs_and_returns_a_finite_extractor(rng, method, protocol)
     ev = evaluate(run, task)
     for d in ("pinv", "shifted"):
         assert np.isfinite(ev[d]["rir"]) and ev[d]["rir"] > 0
+    # the optional blocks: leaving them out changes nothing else
+    lean = evaluate(run, task, sensitivity=("pinv",), endpoints=False)
+    assert "spectra" not in lean and set(lean["sensitivity"]) == {"pinv"}
+    assert lean["pinv"] == ev["pinv"] and lean["sensitivity"]["pinv"] == ev["sensitivity"]["pinv"]
+    with pytest.raises(ValueError, match="sensitivity"):
+        evaluate(run, task, sensitivity=("exact",))
 
 
 def test_seeds_change_the_run_and_the_same_seed_repeats_it(rng):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +118,26 @@ def test_quick_end_to_end_resumes_and_reports(tmp_path: Path) -> None:
         assert len(list(csv.DictReader(handle))) == 4
     for suffix, magic in ((".png", b"\x89PNG"), (".pdf", b"%PDF")):
         assert (tmp_path / f"figure2_official{suffix}").read_bytes().startswith(magic)
+    # --compare-with: a copy of the store with one run's lambda_max(H_H) raised 10% (kappa(H_H), (i) and RIR up
+    # by 10%: relative difference 0.1 / 1.1 against the copy) and every other run unchanged (difference 0)
+    copy = tmp_path / "copy"
+    (copy / "spectra").mkdir(parents=True)
+    shutil.copy(store.path, copy / "runs_official.jsonl")
+    for r in records:
+        spectra = dict(np.load(tmp_path / r["result"]["spectra_file"]))
+        if r["params"]["method"] == "ours":
+            spectra["H_H"] = np.concatenate([spectra["H_H"][:-1], [1.1 * spectra["H_H"][-1]]])
+        np.savez(copy / r["result"]["spectra_file"], **spectra)
+    assert table2.main(args + ["--report-only", "--compare-with", str(copy)]) == 0
+    comparison = json.loads((tmp_path / "reproducibility_official.json").read_text())
+    assert comparison["n_common"] == 4
+    for method, entry in comparison["per_method"].items():
+        expected = 0.1 / 1.1 if method == "ours" else 0.0
+        assert entry["rir"]["max"] == pytest.approx(expected, abs=1e-12), (method, entry)
+        assert entry["term_i"]["max"] == pytest.approx(expected, abs=1e-12), (method, entry)
+        assert entry["term_ii"]["max"] == pytest.approx(0.0, abs=1e-12), (method, entry)
+    assert "| Ours | 1 |" in (tmp_path / "reproducibility_official.md").read_text()
+    assert table2.main(args + ["--report-only", "--compare-with", str(tmp_path / "nowhere")]) == 2
 
 
 def test_spectral_route_is_recorded_and_never_mixed(tmp_path: Path) -> None:

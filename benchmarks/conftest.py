@@ -58,8 +58,9 @@ def device(request: pytest.FixtureRequest) -> str:
     dev = request.config.getoption("--device")
     if dev.startswith("cuda"):
         torch = pytest.importorskip("torch")
-        if not torch.cuda.is_available():
-            pytest.skip("--device cuda but no CUDA device")
+        if not torch.cuda.is_available():  # asked for the GPU and there is none: an error, not a silent skip
+            raise pytest.UsageError(f"--device {dev}: torch.cuda.is_available() is False (no CUDA device or a "
+                                    "CPU-only torch build)")
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     return dev

@@ -3,7 +3,7 @@
 The sweep's runs use the "features" spectral route with torch's fused Adam (experiments/configs/table2_official.json).
 This script reruns chosen keys with ``spectral_route = "gram"`` and the for-loop Adam (the engine of every run
 made before 2026-11-30), evaluates both extractors the same way (spectra by SVD of the features,
-:func:`kappalab.reproduce.table2.feature_spectrum`), and writes the relative differences of theta_I, (i), (ii) and
+:func:`kappalab.reproduce.table2.feature_spectrum`), and writes the relative differences of (i), (ii) and
 RIR. The two engines are equal in exact arithmetic, so the differences measure how much rounding-level changes
 move each number.
 
@@ -19,10 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kappalab.immunization import features, immunize
+from kappalab.immunization import immunize
 from kappalab.provenance import provenance
-from kappalab.reproduce.table2 import (METHOD_LABELS, feature_spectrum, mnist_task, rir_from_spectra,
-                                       table2_config)
+from kappalab.reproduce.table2 import METHOD_LABELS, mnist_task, rir_from_spectra, run_spectra, table2_config
 from kappalab.results import RunStore, to_jsonable
 from kappalab.sweep import limit_threads
 
@@ -34,10 +33,7 @@ def crosscheck(record: dict) -> dict:
     cfg = table2_config(p["protocol"], p["method"]).replace(epochs=p["epochs"])
     cfg = cfg.replace(extra={**cfg.extra, "spectral_route": "gram", "adam_fused": False, "monitor_every": 1})
     run = immunize(task, cfg, p["seed"])
-    spectra = {"K_P": feature_spectrum(task.X_P), "K_H": feature_spectrum(task.X_H),
-               "H_P": feature_spectrum(features(run.theta_I, task.X_P, run.bias)),
-               "H_H": feature_spectrum(features(run.theta_I, task.X_H, run.bias))}
-    rerun = rir_from_spectra(spectra)
+    rerun = rir_from_spectra(run_spectra(task, run.theta_I, run.bias))
     stored = record["result"]["gram"]
     rel = {c: abs(rerun[c] - stored[c]) / abs(stored[c]) for c in ("term_i", "term_ii", "rir")}
     return {"key": record["key"], "stored": {c: stored[c] for c in rel}, "rerun": {c: rerun[c] for c in rel},

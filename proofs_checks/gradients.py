@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .paper import ext64, grad_theta, hessian, r_ill, r_well
 from .strategies import directions
 
 H_REL = 1e-5
@@ -71,3 +72,18 @@ def assert_matches_autograd(claim: str, G: np.ndarray, f: Callable[[torch.Tensor
     err = np.linalg.norm(G - A) / np.linalg.norm(A)
     assert err <= 1e-8, f"{claim}: closed form vs autograd of the definition, relative error {err:.3e}\n" \
                         f"closed form = {G!r}\nautograd = {A!r}\n{context}"
+
+
+def assert_theta_gradient(claim: str, kind: str, theta: np.ndarray, K: np.ndarray, seed: int, context: str) -> None:
+    """Thm 4.2 at one (theta, K): the closed form ``2 K theta grad_H R(H)`` (kind ``"well"``: R_well, ``"ill"``:
+    R_ill with the rank held at K's size, i.e. full-rank theta and K) against torch autograd through
+    ``R(theta^T K theta)`` and against a central difference of the paper's R."""
+    H = hessian(theta, K)
+    G = grad_theta(kind, theta, K, ext64(H), H)
+    Kt = torch.tensor(K)
+    if kind == "well":
+        torch_r, paper_r = torch_r_well, r_well
+    else:
+        torch_r, paper_r = (lambda S: torch_r_ill(S, K.shape[0])), r_ill
+    assert_matches_autograd(claim, G, lambda T: torch_r(T.T @ Kt @ T), theta, context)
+    assert_directional_derivative(claim, lambda T: paper_r(ext64(hessian(T, K))), G, theta, seed, context)

@@ -75,6 +75,6 @@ def test_corrected_statement_r_ill_tends_to_zero_as_kappa_grows_at_fixed_smin():
     # S = diag(t, 1): k = 2, s_min = 1, kappa = t; denominator (t^2 + 1)/4 - 1/2 = (t^2 - 1)/4
     r = 1 / ((t**2 + 1) / 4 - sp.Rational(1, 2))
     assert sp.limit(r, t, sp.oo) == 0
-    assert 1 / r_ill_denominator(sp.diag(3, 1)) == r.subs(t, 3)
+    assert 1 / r_ill_denominator(sp.diag(3, 1)) == r.subs(t, 3)  # the hand-derived form equals paper.py's at t = 3
     EV.note("corrected: R_ill > 0 wherever defined, and R_ill -> 0 as kappa -> inf with s_min fixed "
             "(exact limit on diag(t, 1))")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -103,3 +103,20 @@ def torch_device() -> Any:
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """A NumPy generator seeded from the test's id: reproducible, and different for each test."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+def _toy_bce_task(seed: int = 0, n: int = 40, D: int = 50) -> Any:
+    """A random binary task for the immunization tests: standard normal X_P, X_H (``n x D``), random 0/1 labels."""
+    from kappalab.immunization.task import LinearTask
+
+    rng = np.random.default_rng(seed)
+    X_P, X_H = rng.standard_normal((n, D)), rng.standard_normal((n, D))
+    y_P = (rng.standard_normal(n) > 0).astype(np.float64)
+    y_H = (rng.standard_normal(n) > 0).astype(np.float64)
+    return LinearTask(X_P=X_P, y_P=y_P, X_H=X_H, y_H=y_H, loss="bce", name="toy", data_label="random")
+
+
+@pytest.fixture
+def toy_bce_task() -> Callable[..., Any]:
+    """``toy_bce_task(seed=0, n=40, D=50)``: the immunization tests' random binary LinearTask."""
+    return _toy_bce_task

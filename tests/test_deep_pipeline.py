@@ -4,6 +4,7 @@ initialised timm model (only where timm is installed)."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 
@@ -99,9 +100,9 @@ def test_timm_model_end_to_end(arch, tmp_path) -> None:
     _check_run(model, "ours", _loaders((3, 224, 224), (1000, 3), n=(4, 4), batch=2), 3, tmp_path, lr=1e-5)
 
 
-def test_timm_missing_gives_install_hint() -> None:
-    if TIMM_OK:
-        pytest.skip("timm is installed")
+def test_timm_missing_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """timm made unimportable (``sys.modules["timm"] = None``) whether or not it is installed."""
+    monkeypatch.setitem(sys.modules, "timm", None)
     from kappalab.deep.timm_models import require_timm
 
     with pytest.raises(ImportError, match=r"kappalab\[deep\]"):

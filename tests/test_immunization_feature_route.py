@@ -1,4 +1,5 @@
-"""The official protocol's "features" route equals its "gram" route (and so the dense one) up to rounding.
+"""The official protocol's "features" route equals its "gram" route, and the "gram" route the dense one, up to
+rounding.
 
 Route "features" differentiates each term with respect to the step's features ``Phi = X theta + 1 b^T`` and maps
 the result back: theta's gradient ``X_P^T M_P + X_H^T M_H``, a preconditioned term's ``M`` through
@@ -30,12 +31,11 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max())
 
 
-def _task(seed: int = 0, n: int = 40, D: int = 50) -> LinearTask:
-    rng = np.random.default_rng(seed)
-    X_P, X_H = rng.standard_normal((n, D)), rng.standard_normal((n, D))
-    y_P = (rng.standard_normal(n) > 0).astype(np.float64)
-    y_H = (rng.standard_normal(n) > 0).astype(np.float64)
-    return LinearTask(X_P=X_P, y_P=y_P, X_H=X_H, y_H=y_H, loss="bce", name="toy", data_label="random")
+def _first_step(task: LinearTask, cfg: MethodConfig, batch_seed: int = 0):
+    """(protocol, parameters at seed 0, a fresh step view of the first batch) of ``cfg`` on ``task``."""
+    proto = make_protocol(task, cfg, "cpu")
+    p = proto.init_params(0, with_w_H=cfg.method == "imma")
+    return proto, p, next(proto.batches(torch.Generator().manual_seed(batch_seed))).for_step()
 
 
 def _cfg(method: str, route: str, **extra_changes) -> MethodConfig:
@@ -75,14 +75,12 @@ def test_woodbury_features_maps_back_to_the_preconditioned_gradient(seed, side, 
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_one_step_gradients_equal_the_gram_route(method):
-    task = _task(1)
+def test_one_step_gradients_equal_the_gram_route(method, toy_bce_task):
+    task = toy_bce_task(1)
     grads = {}
     for route in ("gram", "features"):
         cfg = _cfg(method, route)
-        proto = make_protocol(task, cfg, "cpu")
-        p = proto.init_params(0, with_w_H=method == "imma")
-        batch = next(proto.batches(torch.Generator().manual_seed(1))).for_step()
+        proto, p, batch = _first_step(task, cfg, batch_seed=1)
         assert proto.feature_space(batch) == (route == "features")
         total, _ = step_gradients(proto, p, batch, cfg)
         grads[route] = [total.get(id(t)) for t in p.all()]
@@ -92,13 +90,11 @@ def test_one_step_gradients_equal_the_gram_route(method):
             assert _rel(a, b) < 1e-10, (method, name, _rel(a, b))
 
 
-def test_imma_inner_step_in_feature_space_equals_the_parameter_step():
-    task = _task(3)
+def test_imma_inner_step_in_feature_space_equals_the_parameter_step(toy_bce_task):
+    task = toy_bce_task(3)
     phis = {}
     for route in ("gram", "features"):
-        proto = make_protocol(task, _cfg("imma", route), "cpu")
-        p = proto.init_params(0, with_w_H=True)
-        batch = next(proto.batches(torch.Generator().manual_seed(2))).for_step()
+        proto, p, batch = _first_step(task, _cfg("imma", route), batch_seed=2)
         phis[route] = [Phi.detach() for Phi in proto.adapted_features(p, batch, steps=3, lr=0.5)]
         phi0 = proto.features(p, batch.X_H).detach()
     for a, b in zip(phis["features"], phis["gram"]):
@@ -106,33 +102,33 @@ def test_imma_inner_step_in_feature_space_equals_the_parameter_step():
     assert _rel(phis["features"][1], phi0) > 1e-3  # lr 0.5: the inner steps really move the features
 
 
+@pytest.mark.parametrize("routes", [("dense", "gram"), ("gram", "features")], ids=lambda r: "-vs-".join(r))
 @pytest.mark.parametrize("method", METHODS)
-def test_short_immunize_run_same_theta_under_gram_and_feature_routes(method):
-    task = _task(2)
-    runs = {route: immunize(task, _cfg(method, route), seed=0) for route in ("gram", "features")}
-    g, f = runs["gram"], runs["features"]
-    assert g.n_steps == f.n_steps == 10
-    rel = np.abs(f.theta_I - g.theta_I).max() / np.abs(g.theta_I).max()
+def test_short_immunize_run_same_theta_under_each_pair_of_routes(method, routes, toy_bce_task):
+    task = toy_bce_task(2)
+    reference, fast = (immunize(task, _cfg(method, route), seed=0) for route in routes)
+    assert reference.n_steps == fast.n_steps == 10
+    rel = np.abs(fast.theta_I - reference.theta_I).max() / np.abs(reference.theta_I).max()
     assert rel < 1e-8, rel
-    np.testing.assert_allclose(f.bias, g.bias, rtol=0, atol=1e-8 * np.abs(g.bias).max())
+    np.testing.assert_allclose(fast.bias, reference.bias, rtol=0, atol=1e-8 * np.abs(reference.bias).max())
 
 
-def test_batches_with_more_rows_than_columns_fall_back_to_the_gram_route():
-    task = _task(4, n=40, D=6)  # batch 8 > D 6: no feature leaves, the dense products are the cheap ones
+def test_batches_with_more_rows_than_columns_fall_back_to_the_gram_route(toy_bce_task):
+    task = toy_bce_task(4, n=40, D=6)  # batch 8 > D 6: no feature leaves, the dense products are the cheap ones
     runs = {route: immunize(task, _cfg("ours", route), seed=0) for route in ("gram", "features")}
     np.testing.assert_array_equal(runs["features"].theta_I, runs["gram"].theta_I)
 
 
-def test_fused_adam_is_the_same_update_as_the_loop():
-    task = _task(5)
+def test_fused_adam_is_the_same_update_as_the_loop(toy_bce_task):
+    task = toy_bce_task(5)
     loop = immunize(task, _cfg("ours", "features"), seed=0)
     fused = immunize(task, _cfg("ours", "features", adam_fused=True), seed=0)
     rel = np.abs(fused.theta_I - loop.theta_I).max() / np.abs(loop.theta_I).max()
     assert rel < 1e-12, rel  # the same elementwise formula; only the operation order may differ
 
 
-def test_monitor_every_measures_kappa_at_the_named_epochs_and_the_last():
-    task = _task(6)
+def test_monitor_every_measures_kappa_at_the_named_epochs_and_the_last(toy_bce_task):
+    task = toy_bce_task(6)
     run = immunize(task, _cfg("ours", "features", monitor_every=2).replace(epochs=5), seed=0)
     assert run.history["kappa_epoch"] == [2.0, 4.0, 5.0]
     assert len(run.history["kappa_P"]) == len(run.history["kappa_H"]) == 3
@@ -140,13 +136,13 @@ def test_monitor_every_measures_kappa_at_the_named_epochs_and_the_last():
 
 
 @pytest.mark.parametrize("name,value", [("monitor_every", 0), ("monitor_every", 1.5), ("adam_fused", "yes")])
-def test_bad_engine_options_are_rejected_by_name(name, value):
+def test_bad_engine_options_are_rejected_by_name(name, value, toy_bce_task):
     with pytest.raises(ValueError, match=name):
-        immunize(_task(0), _cfg("ours", "features", **{name: value}), seed=0)
+        immunize(toy_bce_task(0), _cfg("ours", "features", **{name: value}), seed=0)
 
 
-def test_feature_route_needs_a_positive_ridge_and_the_official_protocol():
-    task = _task(0)
+def test_feature_route_needs_a_positive_ridge_and_the_official_protocol(toy_bce_task):
+    task = toy_bce_task(0)
     cfg = _cfg("ours", "features").replace(ridge_H=0.0)
     with pytest.raises(ValueError, match="ridge_H"):
         immunize(task, cfg, seed=0)
@@ -154,33 +150,27 @@ def test_feature_route_needs_a_positive_ridge_and_the_official_protocol():
         make_protocol(task, _cfg("ours", "features").replace(protocol="paper"), "cpu")
 
 
-def test_a_term_preconditioned_with_the_other_tasks_covariance_is_refused(monkeypatch):
+def test_a_term_preconditioned_with_the_other_tasks_covariance_is_refused(monkeypatch, toy_bce_task):
     """The feature-space map needs the term's features and its preconditioner to come from the same X."""
     def crossed(proto, p, b, cfg):
         value = proto.reg_ill(proto.gram(p, b, "H"))
         return [Term("crossed", value, p.extractor(), "P")]
 
     monkeypatch.setitem(TERMS, "ours", crossed)
-    task = _task(0)
     cfg = _cfg("ours", "features")
-    proto = make_protocol(task, cfg, "cpu")
-    p = proto.init_params(0, with_w_H=False)
-    batch = next(proto.batches(torch.Generator().manual_seed(0))).for_step()
+    proto, p, batch = _first_step(toy_bce_task(0), cfg)
     with pytest.raises(ValueError, match="crossed"):
         step_gradients(proto, p, batch, cfg)
 
 
-def test_a_term_that_bypasses_the_step_features_is_refused(monkeypatch):
+def test_a_term_that_bypasses_the_step_features_is_refused(monkeypatch, toy_bce_task):
     """A term computed from theta directly (not through Protocol.batch_features) would lose its gradient."""
     def direct(proto, p, b, cfg):
         return [Term("direct", (p.theta ** 2).sum(), p.extractor())]
 
     monkeypatch.setitem(TERMS, "ours", direct)
-    task = _task(0)
     cfg = _cfg("ours", "features")
-    proto = make_protocol(task, cfg, "cpu")
-    p = proto.init_params(0, with_w_H=False)
-    batch = next(proto.batches(torch.Generator().manual_seed(0))).for_step()
+    proto, p, batch = _first_step(toy_bce_task(0), cfg)
     proto.batch_features(p, batch, "P")  # leaves exist, the term ignores them
     with pytest.raises(ValueError, match="direct"):
         step_gradients(proto, p, batch, cfg)

@@ -1,23 +1,21 @@
 """The official protocol's gram route (``extra.spectral_route = "gram"``) equals the dense route.
 
 Spectra from the N x N Gram matrix Phi Phi^T instead of the D x D S = Phi^T Phi, and the batch preconditioner by
-Woodbury with an N x N Cholesky: r1, r2, their theta-gradients, the preconditioned updates and a short
-immunize() run agree with the dense route (N < D throughout).
+Woodbury with an N x N Cholesky: r1, r2, their theta-gradients and the preconditioned updates agree with the dense
+route (N < D throughout); whole short runs of every pair of routes are compared in
+``test_immunization_feature_route.py``.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from kappalab.dummy_layer import precondition_weight_grad
-from kappalab.immunization import immunize
 from kappalab.immunization.config import MethodConfig
 from kappalab.immunization.protocols import make_protocol, woodbury_precondition
 from kappalab.immunization.spectra import (FeatureGram, gram_extremes_shifted, official_r1, official_r2,
                                            torch_extremes, torch_kappa)
-from kappalab.immunization.task import LinearTask
 
 SHIFT = 1e-6
 
@@ -45,26 +43,26 @@ def _dense_null_kept(S: torch.Tensor) -> bool:
     return abs(float(e.s_min) - SHIFT) < 1e-12
 
 
+def _assert_same_value_and_gradients(f, S, F, params) -> None:
+    """``f(S)`` (dense) and ``f(F)`` (gram) agree to 1e-9 relative, and so do their gradients w.r.t. ``params``
+    (a few eigen-decompositions of condition <= 1e4 on eps = 2.2e-16 leave ~1e-12)."""
+    dense, gram = f(S), f(F)
+    assert abs(float((gram - dense).detach())) <= 1e-9 * abs(float(dense.detach()))
+    g_d = torch.autograd.grad(dense, params, retain_graph=True)
+    g_g = torch.autograd.grad(gram, params, retain_graph=True)
+    for a, b in zip(g_g, g_d):
+        assert _rel(a, b) < 1e-9
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_r1_r2_and_theta_gradients_match_dense(seed):
     X, theta, bias = _features(seed)
     Phi = X @ theta + bias
     S, F = _dense_S(Phi), FeatureGram(Phi)
-    # r1 is exact on both routes
-    r1_d, r1_g = official_r1(S, SHIFT), official_r1(F, SHIFT)
-    assert abs(float((r1_g - r1_d).detach())) <= 1e-9 * abs(float(r1_d.detach()))
-    g_d = torch.autograd.grad(r1_d, [theta, bias], retain_graph=True)
-    g_g = torch.autograd.grad(r1_g, [theta, bias], retain_graph=True)
-    for a, b in zip(g_g, g_d):
-        assert _rel(a, b) < 1e-9
+    _assert_same_value_and_gradients(lambda M: official_r1(M, SHIFT), S, F, [theta, bias])  # r1: exact
     # r2: the gram route's s_min = shift is the dense rule's outcome when a null eigenvalue rounds above it
     if _dense_null_kept(S):
-        r2_d, r2_g = official_r2(S, SHIFT), official_r2(F, SHIFT)
-        assert abs(float((r2_g - r2_d).detach())) <= 1e-9 * abs(float(r2_d.detach()))
-        g_d = torch.autograd.grad(r2_d, [theta, bias], retain_graph=True)
-        g_g = torch.autograd.grad(r2_g, [theta, bias], retain_graph=True)
-        for a, b in zip(g_g, g_d):
-            assert _rel(a, b) < 1e-9
+        _assert_same_value_and_gradients(lambda M: official_r2(M, SHIFT), S, F, [theta, bias])
 
 
 def test_s_min_emulation_matches_a_batch_where_rounding_keeps_null_eigenvalues():
@@ -114,14 +112,6 @@ def test_woodbury_preconditioner_matches_dense_solve(side, ridge):
         woodbury_precondition(g, X, 0.0, side)
 
 
-def _task(seed: int = 0, n: int = 40, D: int = 50) -> LinearTask:
-    rng = np.random.default_rng(seed)
-    X_P, X_H = rng.standard_normal((n, D)), rng.standard_normal((n, D))
-    y_P = (rng.standard_normal(n) > 0).astype(np.float64)
-    y_H = (rng.standard_normal(n) > 0).astype(np.float64)
-    return LinearTask(X_P=X_P, y_P=y_P, X_H=X_H, y_H=y_H, loss="bce", name="toy", data_label="random")
-
-
 def _cfg(method: str, route: str, **changes) -> MethodConfig:
     extra = {"shift": SHIFT, "spectral_route": route}
     if method == "rill_only":
@@ -132,10 +122,10 @@ def _cfg(method: str, route: str, **changes) -> MethodConfig:
     return MethodConfig(**base)
 
 
-def test_preconditioned_step_gradients_match_dense():
+def test_preconditioned_step_gradients_match_dense(toy_bce_task):
     from kappalab.immunization.methods import step_gradients
 
-    task = _task(1)
+    task = toy_bce_task(1)
     grads = {}
     for route in ("dense", "gram"):
         cfg = _cfg("ours", route)
@@ -149,19 +139,8 @@ def test_preconditioned_step_gradients_match_dense():
         assert _rel(a, b) < 1e-9
 
 
-@pytest.mark.parametrize("method", ["ours", "rill_only", "opt_kappa", "imma"])
-def test_short_immunize_run_same_theta_under_both_routes(method):
-    task = _task(2)
-    runs = {route: immunize(task, _cfg(method, route), seed=0) for route in ("dense", "gram")}
-    d, g = runs["dense"], runs["gram"]
-    assert d.n_steps == g.n_steps == 10
-    rel = np.abs(g.theta_I - d.theta_I).max() / np.abs(d.theta_I).max()
-    assert rel < 1e-8, rel
-    np.testing.assert_allclose(g.bias, d.bias, rtol=0, atol=1e-8 * np.abs(d.bias).max())
-
-
-def test_route_config_is_validated():
-    task = _task(0)
+def test_route_config_is_validated(toy_bce_task):
+    task = toy_bce_task(0)
     with pytest.raises(ValueError, match="spectral_route"):
         make_protocol(task, _cfg("ours", "fast"), "cpu")
     with pytest.raises(ValueError, match="official protocol only"):

@@ -45,9 +45,10 @@ def test_solver_matches_dense_reference(solver: str, n: int, rank: int, rng: np.
     assert int(e.rank) == int(ref.rank) == rank, ctx
     for f in ("s_max", "s_min", "s_2", "s_km1", "fro2", "threshold"):
         np.testing.assert_allclose(getattr(e, f), getattr(ref, f), rtol=1e-8, err_msg=f"{f}: {ctx}")
-    for f in ("v_max", "v_min"):
+    for f in ("v_max", "v_min"):  # sign-free: 1 - |cos| ~ angle^2 / 2 floors at ~eps (measured <= 1.8e-15 for
+        # every solver); 1e-12 (angle <= 1.4e-6 rad) leaves ~500x for the iterative solvers' stopping tolerances
         align = abs(float(getattr(e, f) @ getattr(ref, f)))
-        assert 1 - align <= 1e-8, f"{f}: 1 - |v^T v_ref| = {1 - align:.2e}; {ctx}"
+        assert 1 - align <= 1e-12, f"{f}: 1 - |v^T v_ref| = {1 - align:.2e}; {ctx}"
     assert e.p == ref.p
 
 

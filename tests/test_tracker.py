@@ -35,8 +35,9 @@ def test_tracker_matches_dense_reference(method: str, rng: np.random.Generator) 
         e, ref = tr(H), psd_extremes(H, solver="eigh")
         for f in ("s_max", "s_min"):
             np.testing.assert_allclose(getattr(e, f), getattr(ref, f), rtol=1e-8, err_msg=f"{method} {f}")
-        for f in ("v_max", "v_min"):
-            assert 1 - abs(float(getattr(e, f) @ getattr(ref, f))) <= 1e-8, f"{method} {f}"
+        for f in ("v_max", "v_min"):  # sign-free: 1 - |cos| ~ angle^2 / 2 floors at ~eps (measured <= 5.6e-16 for
+            # all three methods); 1e-12 (angle <= 1.4e-6 rad) leaves ~1000x for the iterative stopping tolerances
+            assert 1 - abs(float(getattr(e, f) @ getattr(ref, f))) <= 1e-12, f"{method} {f}"
         assert int(e.rank) == int(ref.rank)
     assert tr.calls == 4
 

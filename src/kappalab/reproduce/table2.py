@@ -261,12 +261,24 @@ SPECTRA_METHOD = "svd"
 def _data_spectra(a: int, b: int, seed: int, directory: str | None, pool: int) -> dict[str, np.ndarray]:
     """K_P's and K_H's spectra of a task (theta-independent: shared by the four methods' runs in one worker)."""
     task = mnist_task(a, b, seed, directory, pool)
-    return {"K_P": feature_spectrum(task.X_P), "K_H": feature_spectrum(task.X_H)}
+    return {name: feature_spectrum(X) for name, X in (("K_P", task.X_P), ("K_H", task.X_H))}
+
+
+def run_spectra(task, theta: np.ndarray, bias: np.ndarray | None,
+                data_spectra: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The four spectra of a run (:data:`SPECTRA`): K_P, K_H (``data_spectra`` when given: they do not depend on
+    theta) and H_P, H_H at ``(theta, bias)``, each by :func:`feature_spectrum`."""
+    from kappalab.immunization import features
+
+    data = data_spectra if data_spectra is not None else {"K_P": feature_spectrum(task.X_P),
+                                                          "K_H": feature_spectrum(task.X_H)}
+    return {**data, "H_P": feature_spectrum(features(theta, task.X_P, bias)),
+            "H_H": feature_spectrum(features(theta, task.X_H, bias))}
 
 
 def run_one(params: dict[str, Any]) -> dict[str, Any]:
     """Sweep worker: immunize one pair, evaluate it, store its spectra; returns the record's ``result``."""
-    from kappalab.immunization import evaluate, features, immunize
+    from kappalab.immunization import evaluate, immunize
 
     limit_threads(int(params.get("threads", 1)))
     a, b, seed = int(params["a"]), int(params["b"]), int(params["seed"])
@@ -280,9 +292,7 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
     run = immunize(task, cfg, seed, device=params.get("device", "cpu"))
     train_s = time.perf_counter() - start
     theta = np.asarray(run.theta_I, dtype=np.float64)
-    spectra = {**_data_spectra(a, b, seed, params.get("data_dir"), pool),
-               "H_P": feature_spectrum(features(theta, task.X_P, run.bias)),
-               "H_H": feature_spectrum(features(theta, task.X_H, run.bias))}
+    spectra = run_spectra(task, theta, run.bias, _data_spectra(a, b, seed, params.get("data_dir"), pool))
     folder = Path(params["out"]) / "spectra"
     folder.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(folder / f"{params['key']}.npz", **spectra)

@@ -179,7 +179,7 @@ def _arpack(bottom: str):
             if bottom == "SA":
                 lo = eigsh(p.H, k=2, which="SA", tol=1e-14, maxiter=1500 // 20, return_eigenvectors=False)
             else:
-                from kappalab.tracker import _cholesky_inverse
+                from kappalab.iterative import _cholesky_inverse
 
                 lo = eigsh(p.H, k=2, sigma=0.0, which="LM", OPinv=_cholesky_inverse(p.H), tol=1e-14,
                            return_eigenvectors=False)
@@ -193,7 +193,7 @@ def _scipy_lobpcg_cold(precondition: bool):
     def run(p: Problem):
         from scipy.sparse.linalg import lobpcg
 
-        from kappalab.tracker import _cholesky_inverse
+        from kappalab.iterative import _cholesky_inverse
 
         rng = np.random.default_rng(0)
         with warnings.catch_warnings():

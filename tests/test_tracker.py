@@ -71,7 +71,7 @@ def test_tracker_accepts_torch(rng: np.random.Generator) -> None:
 def test_shift_inside_the_spectrum_is_moved_out(rng: np.random.Generator) -> None:
     """A shift that lands inside the spectrum makes the Cholesky factorization fail; the margin grows tenfold
     until the shifted matrix is positive definite (sigma beyond the extreme eigenvalue)."""
-    from kappalab.tracker import _shifted_cholesky
+    from kappalab.iterative import _shifted_cholesky
 
     H = next(_steps(rng, 40, 1))
     lam = np.linalg.eigvalsh(H)

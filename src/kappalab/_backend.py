@@ -7,6 +7,7 @@ a tensor (as in einops' backend choice), so ``import kappalab`` never imports to
 
 from __future__ import annotations
 
+import math
 import sys
 from types import ModuleType
 from typing import Any
@@ -95,3 +96,45 @@ def scalar_like(x: Array, value: float) -> Array:
     if is_torch(x):
         return sys.modules["torch"].full((), value, dtype=x.dtype, device=x.device)
     return np.asarray(value, dtype=x.dtype)
+
+
+def _pow2_step(x: Array) -> int:
+    """The largest ``j`` with ``2^j`` and ``2^-j`` comfortably representable in ``x``'s dtype (512 for float64)."""
+    finfo = sys.modules["torch"].finfo if is_torch(x) else np.finfo
+    return math.frexp(float(finfo(x.dtype).max))[1] // 2
+
+
+def times_pow2(x: Array, k: int) -> Array:
+    """``x * 2^k``, exact wherever the result is a normal number; ``k`` may exceed the dtype's exponent range (the
+    factor is applied in steps that are each representable). Overflow gives inf, underflow subnormals or 0, silently
+    (see :func:`pow2_range` to tell)."""
+    step = _pow2_step(x)
+    with np.errstate(over="ignore", under="ignore"):  # NumPy's own warning; the callers decide what to report
+        while k:
+            j = max(-step, min(step, k))
+            x = x * math.ldexp(1.0, j)
+            k -= j
+    return x
+
+
+def unit_scale(a: Array) -> int:
+    """The even exponent ``e`` with ``max|a_ij| * 2^-e`` in ``[1/4, 1)`` (0 for a zero array): ``times_pow2(a, -e)``
+    is ``a`` scaled exactly, and, ``e`` being even, square roots of its entries scale exactly too."""
+    e = math.frexp(to_scalar(abs(a).max()))[1]
+    return e + (e % 2)
+
+
+def pow2_range(x0: Array, k: int) -> int:
+    """Where the largest magnitude of ``x0 * 2^k`` falls, decided exactly from exponents (no overflow on the way):
+    ``1`` above the dtype's largest finite value (it rounds to inf), ``-1`` below its smallest normal number
+    (subnormal or 0: accuracy lost), ``0`` inside; ``0`` too when ``x0`` is all zero or not finite."""
+    m = to_scalar(abs(x0).max())
+    if m == 0 or not math.isfinite(m):
+        return 0
+    finfo = sys.modules["torch"].finfo if is_torch(x0) else np.finfo
+    top = math.frexp(m)[1] + k  # max|x0| * 2^k lies in [2^(top-1), 2^top)
+    if top > math.frexp(float(finfo(x0.dtype).max))[1]:
+        return 1
+    if top < math.frexp(float(finfo(x0.dtype).tiny))[1]:
+        return -1
+    return 0

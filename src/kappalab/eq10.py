@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._backend import Array, namespace, to_scalar
-from .spectral import default_rtol
+from .kappa import check_psd, default_rtol, is_nonzero, rank_threshold
 from .validation import matrix, same_kind, symmetric
 
 Reading = Literal["proof", "main_text"]
@@ -40,10 +40,9 @@ def eq10_singular_values(theta: object, K: object, reading: Reading = "proof") -
     xp = namespace(theta)
     U, s, _ = xp.linalg.svd(theta)
     lam, Q = xp.linalg.eigh(K)
-    threshold = default_rtol(K) * to_scalar(xp.abs(lam).max())
-    if to_scalar(lam.min()) < -threshold:
-        raise ValueError(f"K must be positive semidefinite: smallest eigenvalue {to_scalar(lam.min()):.6e}")
-    lam = xp.where(lam > threshold, lam, 0 * lam)
+    rtol = default_rtol(K)
+    check_psd(lam[0], lam[-1], rtol, "K")
+    lam = xp.where(is_nonzero(lam, rank_threshold(to_scalar(xp.abs(lam).max()), rtol)), lam, 0 * lam)
     gamma = xp.sqrt(lam) if reading == "proof" else lam
     M = s[:, None] * (U.T @ Q) * gamma[None, :]
     return (M * M).sum(1)

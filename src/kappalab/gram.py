@@ -32,7 +32,8 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
-from ._backend import Array, eps, is_torch, namespace
+from ._backend import Array, is_torch, namespace
+from .kappa import resolve_rtol
 from .regularizers import (grad_r_ill_from_extremes, grad_r_well_from_extremes, r_ill_from_extremes,
                            r_well_from_extremes)
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique
@@ -72,7 +73,7 @@ def feature_extremes(F: object, *, rtol: float | None = None, solver: str = "aut
     (``solver`` applies to that ``N x N`` matrix) with the vectors mapped back; otherwise from H itself.
     """
     F = matrix(F, name, check=check)
-    rtol = F.shape[1] * eps(F) if rtol is None else rtol
+    rtol = resolve_rtol(rtol, F, dim=F.shape[1])  # the rule for the D x D matrix H
     if not uses_gram_route(F):
         return psd_extremes(_syrk(F, outer=False), rtol=rtol, solver=solver, check=check, name=f"{name}^T {name}")
     return _extremes_from_gram(F, _syrk(F, outer=True), rtol, solver, check, name)
@@ -174,7 +175,7 @@ def regularizers_from_data(theta: object, X: object, *, rtol: float | None = Non
     """
     theta, X = _theta_X(theta, X, check)
     F = X @ theta
-    rtol = F.shape[1] * eps(F) if rtol is None else rtol
+    rtol = resolve_rtol(rtol, F, dim=F.shape[1])  # the rule for the D x D matrix H
     if uses_gram_route(F):
         FFt = _syrk(F, outer=True)
         e = _extremes_from_gram(F, FFt, rtol, solver, check, "F")

@@ -1,9 +1,9 @@
-"""The two condition-number regularizers of the paper, their closed-form gradients, and kappa.
+"""The two condition-number regularizers of the paper and their closed-form gradients.
 
-Notation: ``S`` is any real ``m x n`` matrix, ``p = min(m, n)``, ``k`` its numerical rank (see
-:mod:`kappalab.spectral` for the tolerance), ``s_1 >= ... >= s_k > 0`` its nonzero singular values.
+Notation: ``S`` is any real ``m x n`` matrix, ``p = min(m, n)``, ``k`` its numerical rank (the rank rule of
+:mod:`kappalab.kappa`), ``s_1 >= ... >= s_k > 0`` its nonzero singular values. kappa itself
+(:func:`~kappalab.kappa.condition_number`) lives in :mod:`kappalab.kappa`.
 
-* ``kappa(S) = s_1 / s_k`` (Eq. 1, with the pseudo-inverse: s_k is the smallest NONZERO singular value).
 * ``R_well(S) = s_1^2 / 2 - ||S||_F^2 / (2p)`` (Eq. 3, Nenov et al. 2024): minimizing it lowers kappa.
 * ``R_ill(S) = 1 / ( ||S||_F^2 / (2k) - s_k^2 / 2 )`` (Eq. 12): minimizing it raises kappa.
 * ``grad R_well(S) = s_1 u_1 v_1^T - S / p`` (Thm A.1(3)), defined when s_1 is unique.
@@ -13,25 +13,38 @@ Notation: ``S`` is any real ``m x n`` matrix, ``p = min(m, n)``, ``k`` its numer
   in the full space; :mod:`proofs_checks` records this.
 
 The scalar formulas live in the ``*_from_extremes`` functions below and are shared by the NumPy path, the torch
-path and the custom autograd functions, so there is one specification.
+path and the autograd function, so there is one specification.
 
 R_ill's denominator is ``(1/(2k)) * sum_i (s_i^2 - s_k^2) >= 0`` and vanishes exactly when all nonzero singular
 values are equal (e.g. S = I, or any rank-1 S). Computed as ``||S||_F^2/(2k) - s_k^2/2`` it carries a rounding
 error of about ``p * eps * (||S||_F^2/(2k) + s_1 s_k)``; at or below that bound R_ill is reported as undefined
 (:class:`~kappalab.errors.UndefinedRegularizerError`) instead of returning a huge meaningless number.
+
+Scale. The public functions compute on ``S0 = 2^-e S`` (``e`` even, the largest entry of ``S0`` in ``[1/4, 1)``:
+an exact scaling, see :func:`~kappalab._backend.unit_scale`) and rescale analytically with ``c = 2^e``:
+``R_well(c S0) = c^2 R_well(S0)``, ``R_ill(c S0) = R_ill(S0) / c^2``, ``grad R_well(c S0) = c grad R_well(S0)``,
+``grad R_ill(c S0) = grad R_ill(S0) / c^3``. So at any scale of S a result that float64 can represent is returned
+to full accuracy (and bit for bit as before for matrices away from the range ends), and NaN never appears. A result
+whose largest magnitude lies outside float64's normal range is returned as IEEE arithmetic rounds it (inf above, a
+subnormal number or 0 below) with a :class:`~kappalab.errors.FloatRangeWarning`, issued under ``check=True``
+(deciding it needs the result's magnitude: a device sync for CUDA tensors).
 """
 
 from __future__ import annotations
 
-from ._backend import Array, as_dtype_of, eps, is_torch, namespace, to_scalar
-from .errors import UndefinedRegularizerError
+import math
+import warnings
+
+from ._backend import Array, as_dtype_of, eps, is_torch, namespace, pow2_range, times_pow2, to_scalar, unit_scale
+from .errors import FloatRangeWarning, UndefinedRegularizerError
+from .kappa import condition_number  # noqa: F401  (kappa's home is kappa.py; importable here as before)
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique, svd_extremes
-from .validation import matrix
+from .validation import matrix, require_values, symmetric
 
 
 def extremes(S: object, *, rtol: float | None = None, psd: bool = False, solver: str = "auto",
              check: bool = True, name: str = "S") -> Extremes:
-    """Validate ``S`` and return its :class:`~kappalab.spectral.Extremes`.
+    """Validate ``S`` and return its :class:`~kappalab.spectral.Extremes` (unscaled).
 
     ``psd=True`` declares S symmetric positive semidefinite (a covariance or ``H(theta)``); then the symmetric
     eigensolver ``solver`` is used and symmetry/PSD are checked (with ``check=True``).
@@ -45,11 +58,39 @@ def validated(S: object, *, psd: bool, check: bool, name: str = "S") -> Array:
     return matrix(S, name, square=psd, check=check and not psd)
 
 
-def spectrum_of(S: Array, *, rtol: float | None, psd: bool, solver: str, check: bool, name: str = "S") -> Extremes:
-    """:class:`Extremes` of an already validated matrix (PSD route or SVD route)."""
+def spectrum_of(S: Array, *, rtol: float | None, psd: bool, solver: str, check: bool, name: str = "S",
+                scale: int = 0) -> Extremes:
+    """:class:`Extremes` of an already validated matrix (PSD route or SVD route); ``scale`` as in
+    :func:`~kappalab.spectral.psd_extremes`."""
     if psd:
-        return psd_extremes(S, rtol=rtol, solver=solver, check=check, name=name)
+        return psd_extremes(S, rtol=rtol, solver=solver, check=check, name=name, scale=scale)
     return svd_extremes(S, rtol=rtol, check=check)
+
+
+def scaled_extremes(S: object, *, rtol: float | None, psd: bool, solver: str, check: bool
+                    ) -> tuple[Array, int, Extremes]:
+    """``(S0, e, Extremes of S0)`` with ``S = 2^e S0`` (see "Scale" in the module docstring). The input checks run on
+    S itself, so that their messages show the caller's values."""
+    S = matrix(S, "S", square=psd, check=check)
+    require_values(S, "S")
+    if psd and check:
+        symmetric(S, "S")
+    e = unit_scale(S)
+    S0 = times_pow2(S, -e)
+    return S0, e, spectrum_of(S0, rtol=rtol, psd=psd, solver=solver, check=check, scale=e)
+
+
+def rescaled(x0: Array, k: int, check: bool, what: str) -> Array:
+    """``x0 * 2^k``; with ``check``, a :class:`FloatRangeWarning` when its largest magnitude leaves float64's normal
+    range (it is then inf, or subnormal or 0)."""
+    where = pow2_range(x0, k) if check else 0
+    if where:
+        magnitude = math.log10(to_scalar(abs(x0).max())) + k * math.log10(2.0)
+        warnings.warn(
+            f"{what} has magnitude ~1e{magnitude:+.0f}, {'above' if where > 0 else 'below'} the normal range of "
+            f"{x0.dtype}: returned as {'inf' if where > 0 else 'a subnormal number or 0'}", FloatRangeWarning,
+            stacklevel=3)
+    return times_pow2(x0, k)
 
 
 # ---- the specification: formulas in terms of Extremes ---------------------------------------------------------
@@ -66,10 +107,11 @@ def ill_denominator(e: Extremes, *, check: bool = True, name: str = "S") -> Arra
         k = int(to_scalar(e.rank))
         bound = e.p * eps(e.s_max) * (to_scalar(e.fro2) / (2 * k) + to_scalar(e.s_max * e.s_min))
         if k < 2 or to_scalar(d) <= bound:
+            s1 = to_scalar(e.s_max)  # the message is scale-free: its numbers are relative to s_max
             raise UndefinedRegularizerError(
-                f"R_ill({name}) is undefined: its denominator ||{name}||_F^2/(2k) - s_min^2/2 = {to_scalar(d):.3e} "
-                f"is zero within rounding (bound {bound:.3e}); all k = {k} nonzero singular values are equal "
-                f"(s_max = {to_scalar(e.s_max):.6e}, s_min = {to_scalar(e.s_min):.6e})"
+                f"R_ill({name}) is undefined: its denominator ||{name}||_F^2/(2k) - s_min^2/2 = "
+                f"{to_scalar(d) / s1 / s1:.3e} s_max^2 is zero within rounding (bound {bound / s1 / s1:.3e} s_max^2): "
+                f"all k = {k} nonzero singular values are equal (s_min / s_max = {to_scalar(e.s_min) / s1:.17g})"
             )
     return d
 
@@ -92,33 +134,53 @@ def grad_r_ill_from_extremes(e: Extremes, S: Array, *, check: bool = True, name:
     return (e.s_min * xp.outer(e.u_min, e.v_min) - S / as_dtype_of(e.rank, S)) / (d * d)
 
 
+# ---- public API -------------------------------------------------------------------------------------------------
+
+def _well(S: object, rtol: float | None, psd: bool, solver: str, on_degenerate: DegeneratePolicy,
+          gap_rtol: float | None, check: bool, *, value: bool, grad: bool) -> tuple[Array | None, Array | None]:
+    """R_well(S) and/or its gradient, computed on the scaled matrix and rescaled (module docstring, "Scale")."""
+    S0, e, ex = scaled_extremes(S, rtol=rtol, psd=psd, solver=solver, check=check)
+    if grad:
+        require_unique(ex, "max", on_degenerate, gap_rtol, "S")
+    v = rescaled(r_well_from_extremes(ex), 2 * e, check, "R_well(S)") if value else None
+    G = rescaled(grad_r_well_from_extremes(ex, S0), e, check, "grad R_well(S)") if grad else None
+    return v, G
+
+
+def _ill(S: object, rtol: float | None, psd: bool, solver: str, on_degenerate: DegeneratePolicy,
+         gap_rtol: float | None, check: bool, *, value: bool, grad: bool) -> tuple[Array | None, Array | None]:
+    """R_ill(S) and/or its gradient, computed on the scaled matrix and rescaled (module docstring, "Scale")."""
+    S0, e, ex = scaled_extremes(S, rtol=rtol, psd=psd, solver=solver, check=check)
+    ill_denominator(ex, check=check)  # undefined R_ill is reported as such, before any uniqueness question
+    if grad:
+        require_unique(ex, "min", on_degenerate, gap_rtol, "S")
+    v = rescaled(r_ill_from_extremes(ex, check=check), -2 * e, check, "R_ill(S)") if value else None
+    G = rescaled(grad_r_ill_from_extremes(ex, S0, check=check), -3 * e, check, "grad R_ill(S)") if grad else None
+    return v, G
+
+
 def check_policy(on_degenerate: str) -> None:
     """Reject an unknown ``on_degenerate`` value on every path (not only where a gradient is formed)."""
     if on_degenerate not in ("raise", "warn", "ignore"):
         raise ValueError(f"on_degenerate must be 'raise', 'warn' or 'ignore', got {on_degenerate!r}")
 
 
-# ---- public API -------------------------------------------------------------------------------------------------
+def _value(terms, S: object, *options: object) -> Array:
+    """The value of ``terms`` (:func:`_well` or :func:`_ill`); torch input that requires grad backpropagates through
+    the closed-form gradient (after the degeneracy policy is applied to the extreme value the gradient needs)."""
+    check_policy(options[3])
+    if is_torch(S) and S.requires_grad:
+        from ._torch_functions import ClosedFormGradient
 
-def condition_number(S: object, rtol: float | None = None, *, psd: bool = False, check: bool = True) -> Array:
-    """``kappa(S) = s_max / s_min`` with s_min the smallest singular value above ``rtol * s_max``.
-
-    ``rtol=None`` means ``max(m, n) * eps(dtype)`` (see :mod:`kappalab.spectral`). Returns a NumPy scalar or a 0-d tensor.
-    """
-    e = extremes(S, rtol=rtol, psd=psd, check=check)
-    return e.s_max / e.s_min
+        return ClosedFormGradient.apply(S, lambda Sd: terms(Sd, *options, value=True, grad=True))
+    return terms(S, *options, value=True, grad=False)[0]
 
 
 def r_well(S: object, *, rtol: float | None = None, psd: bool = False, solver: str = "auto",
            on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None, check: bool = True) -> Array:
     """R_well(S) of Eq. 3 (``p = min(m, n)``). Torch input that requires grad backpropagates through the closed
     form of Thm A.1(3) (after the degeneracy policy is applied to s_max)."""
-    check_policy(on_degenerate)
-    if is_torch(S) and S.requires_grad:
-        from ._torch_functions import RWell
-
-        return RWell.apply(S, rtol, psd, solver, on_degenerate, gap_rtol, check)
-    return r_well_from_extremes(extremes(S, rtol=rtol, psd=psd, solver=solver, check=check))
+    return _value(_well, S, rtol, psd, solver, on_degenerate, gap_rtol, check)
 
 
 def r_ill(S: object, *, rtol: float | None = None, psd: bool = False, solver: str = "auto",
@@ -126,30 +188,18 @@ def r_ill(S: object, *, rtol: float | None = None, psd: bool = False, solver: st
     """R_ill(S) of Eq. 12 (``k`` = numerical rank). Raises
     :class:`~kappalab.errors.UndefinedRegularizerError` when all nonzero singular values are equal. Torch input
     that requires grad backpropagates through the closed form of Thm 4.1(3)."""
-    check_policy(on_degenerate)
-    if is_torch(S) and S.requires_grad:
-        from ._torch_functions import RIll
-
-        return RIll.apply(S, rtol, psd, solver, on_degenerate, gap_rtol, check)
-    return r_ill_from_extremes(extremes(S, rtol=rtol, psd=psd, solver=solver, check=check), check=check)
+    return _value(_ill, S, rtol, psd, solver, on_degenerate, gap_rtol, check)
 
 
 def grad_r_well(S: object, *, rtol: float | None = None, psd: bool = False, solver: str = "auto",
                 on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None,
                 check: bool = True) -> Array:
     """Closed-form gradient of R_well (Thm A.1(3)); requires a unique s_max (see ``on_degenerate``)."""
-    S = validated(S, psd=psd, check=check)
-    e = spectrum_of(S, rtol=rtol, psd=psd, solver=solver, check=check)
-    require_unique(e, "max", on_degenerate, gap_rtol, "S")
-    return grad_r_well_from_extremes(e, S)
+    return _well(S, rtol, psd, solver, on_degenerate, gap_rtol, check, value=False, grad=True)[1]
 
 
 def grad_r_ill(S: object, *, rtol: float | None = None, psd: bool = False, solver: str = "auto",
                on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None,
                check: bool = True) -> Array:
     """Closed-form gradient of R_ill (Thm 4.1(3)); requires a unique s_min (see ``on_degenerate``)."""
-    S = validated(S, psd=psd, check=check)
-    e = spectrum_of(S, rtol=rtol, psd=psd, solver=solver, check=check)
-    ill_denominator(e, check=check)  # undefined R_ill is reported as such, before any uniqueness question
-    require_unique(e, "min", on_degenerate, gap_rtol, "S")
-    return grad_r_ill_from_extremes(e, S, check=check)
+    return _ill(S, rtol, psd, solver, on_degenerate, gap_rtol, check, value=False, grad=True)[1]

@@ -3,7 +3,8 @@
 ``RIR = [kappa(H_H(theta_I)) / kappa(H_H(ref))] / [kappa(H_P(theta_I)) / kappa(H_P(ref))]`` with ``ref = I`` (Eq.
 15, so ``H(I) = K``) or ``ref = theta_0`` (Eq. 17). Term (i) is the first ratio (immunization wants it large),
 term (ii) the second (want it near or below 1). kappa uses the pseudo-inverse definition of
-:func:`~kappalab.regularizers.condition_number` with relative rank tolerance ``rtol``.
+:func:`~kappalab.kappa.condition_number` with relative rank tolerance ``rtol``; the terms are
+:func:`kappalab.kappa.rir_terms`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ._backend import to_scalar
+from .kappa import condition_number, rir_terms
 from .linear import hessian
-from .regularizers import condition_number
 
 
 @dataclass(frozen=True)
@@ -38,5 +39,4 @@ def rir(theta_I: object, K_P: object, K_H: object, theta_0: object | None = None
 
     kH_I, kH_0 = kappa(theta_I, K_H), kappa(theta_0, K_H)
     kP_I, kP_0 = kappa(theta_I, K_P), kappa(theta_0, K_P)
-    term_i, term_ii = kH_I / kH_0, kP_I / kP_0
-    return RIRResult(term_i, term_ii, term_i / term_ii, kH_I, kH_0, kP_I, kP_0)
+    return RIRResult(*rir_terms(kH_I, kH_0, kP_I, kP_0), kH_I, kH_0, kP_I, kP_0)

@@ -6,9 +6,8 @@ value. For a symmetric positive semidefinite ``A`` (a covariance ``K = X^T X`` o
 ``H = theta^T K theta``) the singular values are the eigenvalues and ``u_i = v_i``.
 
 Rank tolerance
-    A singular value counts as nonzero when ``s_i > rtol * s_max``. The default ``rtol = max(m, n) * eps(dtype)``
-    is NumPy's ``matrix_rank`` convention: backward-stable SVD/eigh perturb every singular value by about
-    ``max(m, n) * eps * s_max``, so values below that are indistinguishable from zero. Pass ``rtol`` to change it.
+    The rank rule of :mod:`kappalab.kappa`: a singular value counts as nonzero when ``s_i > rtol * s_max``, default
+    ``rtol = max(m, n) * eps(dtype)``.
 
 Uniqueness (gap) tolerance
     Gradients of ``s_max`` (for R_well) and ``s_min`` (for R_ill) exist only where that singular value is simple.
@@ -31,7 +30,7 @@ benchmarks in ``benchmarks/`` check ``s_max`` and ``s_min`` to 1e-8 relative aga
   ``"eigh"``.
 * ``"subset"`` (NumPy only): SciPy ``eigh(subset_by_index=...)`` for the two largest and the two smallest
   eigenpairs (two calls).
-* ``"lobpcg"`` / ``"arpack"`` (NumPy only): iterative extreme solvers (:mod:`kappalab.tracker`): LOBPCG, resp.
+* ``"lobpcg"`` / ``"arpack"`` (NumPy only): iterative extreme solvers (:mod:`kappalab.iterative`): LOBPCG, resp.
   ARPACK ``eigsh``, for the top pair; for the bottom pair the same solver applied with a Cholesky factor of
   ``A`` (LOBPCG preconditioned by ``A^-1``, ARPACK in shift-invert mode around 0).
 
@@ -56,9 +55,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+import numpy as np
+
 from ._backend import Array, eps, is_torch, namespace, scalar_like, to_scalar
 from .errors import DegenerateSpectrumError, DegenerateSpectrumWarning
-from .validation import finite, symmetric
+from .iterative import _Ends, default_tol_vec, solve_ends
+from .kappa import AUTO_TRIDIAG_MIN_N, check_nonzero, check_psd, is_nonzero, numerical_rank, rank_threshold, resolve_rtol
+from .kappa import default_rtol  # noqa: F401  (the rank rule's default, importable here as before)
+from .validation import finite, require_values, symmetric
 
 DegeneratePolicy = Literal["raise", "warn", "ignore"]
 
@@ -95,18 +99,6 @@ class Extremes:
         return self.s_km1 - self.s_min
 
 
-def default_rtol(a: Array) -> float:
-    """``max(m, n) * eps(dtype)``: the rank tolerance used when ``rtol=None``."""
-    return max(a.shape) * eps(a)
-
-
-def check_rtol(rtol: float | None, name: str = "rtol") -> None:
-    """``rtol`` (relative rank tolerance) must be ``None`` or a number in ``[0, 1)``: a negative value would count
-    zero singular values as nonzero, a value ``>= 1`` (or NaN) would leave no nonzero singular value at all."""
-    if rtol is not None and not 0 <= rtol < 1:
-        raise ValueError(f"{name} must be None or a relative tolerance in [0, 1), got {rtol!r}")
-
-
 def check_gap_rtol(gap_rtol: float | None) -> None:
     """``gap_rtol`` must be ``None`` or ``>= 0``: a negative value would silently switch the uniqueness test off."""
     if gap_rtol is not None and not gap_rtol >= 0:
@@ -126,8 +118,8 @@ def _pick(values: Array, index: Array) -> Array:
 def _assemble(xp, vec_at, s_all_desc: Array, fro2: Array, p: int, rtol: float) -> Extremes:
     """Build :class:`Extremes` from a descending spectrum accessor (shared by the SVD and eigh routes)."""
     s_max = s_all_desc[0]
-    threshold = rtol * s_max
-    k = (s_all_desc > threshold).sum()
+    threshold = rank_threshold(s_max, rtol)
+    k = numerical_rank(s_all_desc, threshold)
     last = xp.clip(k - 1, 0, None)  # k = 0 (zero or negative input) is reported by the callers' checks
     padded = xp.concatenate([scalar_like(s_max, math.inf).reshape(1), s_all_desc])
     s_2 = s_all_desc[1] if s_all_desc.shape[0] > 1 else scalar_like(s_max, 0.0)
@@ -143,12 +135,12 @@ def _assemble(xp, vec_at, s_all_desc: Array, fro2: Array, p: int, rtol: float) -
 def svd_extremes(S: Array, *, rtol: float | None = None, check: bool = True) -> Extremes:
     """Extreme singular triplets of a general real matrix ``S`` by a dense SVD."""
     xp = namespace(S)
-    check_rtol(rtol)
-    rtol = default_rtol(S) if rtol is None else rtol
+    rtol = resolve_rtol(rtol, S)
+    require_values(S, "S")
     U, s, Vh = xp.linalg.svd(S, full_matrices=False)
     e = _assemble(xp, lambda i: (U[:, i], Vh[i, :]), s, (S * S).sum(), min(S.shape), rtol)
     if check:
-        _check_nonzero(e, "S")
+        check_nonzero(e.s_max, "S")
     return e
 
 
@@ -164,9 +156,6 @@ SOLVERS: dict[str, Callable[[Array], tuple[Array, Array]]] = {"eigh": _eigh_dens
 #: decide the rank or did not converge (then :func:`psd_extremes` falls back to ``"eigh"``).
 ExtremeSolver = Callable[[Array, float], "tuple[Extremes, Array] | None"]
 
-#: Smallest ``n`` for which ``"auto"`` leaves the dense ``eigh`` (NumPy input).
-AUTO_TRIDIAG_MIN_N = 128
-
 #: Smallest ``n`` an extreme-only solver accepts (below it they defer to ``"eigh"``).
 _MIN_N_EXTREME = 8
 
@@ -176,7 +165,6 @@ FALLBACKS: dict[str, int] = {}
 
 def _tridiag_extremes(A: Array, rtol: float) -> tuple[Extremes, Array]:
     """One ``sytrd``, all eigenvalues of T, two eigenvectors of T mapped back (see the module docstring)."""
-    import numpy as np
     from scipy.linalg import eigh_tridiagonal, lapack
 
     n = A.shape[0]
@@ -187,8 +175,7 @@ def _tridiag_extremes(A: Array, rtol: float) -> tuple[Extremes, Array]:
         raise np.linalg.LinAlgError(f"sytrd failed (info = {info})")
     lam = eigh_tridiagonal(d, e_off, eigvals_only=True)  # ascending, sterf
     lam_desc = lam[::-1].copy()
-    threshold = rtol * lam_desc[0]
-    k = int((lam_desc > threshold).sum())
+    k = int(numerical_rank(lam_desc, rank_threshold(lam_desc[0], rtol)))
     # stebz/stein pick eigenvectors by ascending index: n-1 is s_max, n-k is s_k.
     idx = sorted({n - 1, n - max(k, 1)})  # k = 0 (zero input) is reported by psd_extremes' checks
     Z = np.column_stack([eigh_tridiagonal(d, e_off, select="i", select_range=(i, i))[1][:, 0] for i in idx])
@@ -206,7 +193,6 @@ def _apply_householder(c: Array, tau: Array, Z: Array) -> Array:
     These are the reflectors of a QR factorization of ``c[1:, :n-1]`` (reflector ``i`` starts at its row ``i``),
     so LAPACK ``ormqr`` applies them (blocked, one pass) to ``Z[1:]``; row 0 is untouched. Falls back to the
     reflector-by-reflector loop where SciPy has no ``ormqr`` for the dtype."""
-    import numpy as np
     from scipy.linalg import lapack
 
     n = Z.shape[0]
@@ -250,8 +236,8 @@ def extremes_from_pairs(top: tuple[Array, Array], bottom: tuple[Array, Array], A
     (t_val, t_vec), (b_val, b_vec) = top, bottom
     n = A.shape[0]
     s_max = t_val[0]
-    threshold = rtol * s_max
-    if not to_scalar(b_val[0]) > to_scalar(threshold):
+    threshold = rank_threshold(s_max, rtol)
+    if not is_nonzero(to_scalar(b_val[0]), to_scalar(threshold)):
         return None
     rank = xp.asarray(n) if xp.__name__ == "numpy" else xp.tensor(n, device=A.device)
     ex = Extremes(
@@ -264,8 +250,6 @@ def extremes_from_pairs(top: tuple[Array, Array], bottom: tuple[Array, Array], A
 
 def _fro2(A: Array) -> Array:
     """``||A||_F^2``: for a contiguous NumPy array one BLAS dot over the data (no ``n x n`` temporary)."""
-    import numpy as np
-
     if not is_torch(A) and A.flags.c_contiguous:
         return np.vdot(A, A)
     return (A * A).sum()
@@ -281,11 +265,24 @@ def _subset_extremes(A: Array, rtol: float) -> tuple[Extremes, Array] | None:
     return extremes_from_pairs((lt[::-1], Vt[:, ::-1]), (lb, Vb), A, rtol)
 
 
-def _iterative(method: str) -> ExtremeSolver:
-    def solve(A: Array, rtol: float) -> tuple[Extremes, Array] | None:
-        from .tracker import cold_extremes  # the iterative solvers live with the warm-start tracker
+def iterative_extremes(A: Array, rtol: float, prev: _Ends | None, method: str, maxiter: int, tol_vec: float,
+                       rng: np.random.Generator) -> tuple[tuple[Extremes, Array] | None, _Ends | None, str | None]:
+    """One iterative solve (:func:`kappalab.iterative.solve_ends`, warm-started from ``prev``) turned into
+    :class:`Extremes`: ``(result or None, ends, reason for None)``."""
+    ends, reason = solve_ends(A, prev, method, maxiter, tol_vec, rng)
+    if reason is not None:
+        return None, ends, reason
+    found = extremes_from_pairs((ends.top_vals[:2], ends.top_vecs[:, :2]), (ends.bot_vals[:2], ends.bot_vecs[:, :2]),
+                                A, rtol)
+    if found is None:
+        return None, ends, "smallest eigenvalue below the rank threshold: rank needs the dense route"
+    return found, ends, None
 
-        return cold_extremes(A, rtol, method=method)
+
+def _iterative(method: str) -> ExtremeSolver:
+    """A cold (randomly started, seed 0, 200 iterations) iterative solve; ``None`` defers to the dense route."""
+    def solve(A: Array, rtol: float) -> tuple[Extremes, Array] | None:
+        return iterative_extremes(A, rtol, None, method, 200, default_tol_vec(A), np.random.default_rng(0))[0]
 
     solve.__name__ = f"_{method}_extremes"
     return solve
@@ -309,7 +306,7 @@ def choose_solver(A: Array) -> str:
 
 
 def psd_extremes(
-    A: Array, *, rtol: float | None = None, solver: str = "auto", check: bool = True, name: str = "A"
+    A: Array, *, rtol: float | None = None, solver: str = "auto", check: bool = True, name: str = "A", scale: int = 0
 ) -> Extremes:
     """Extreme eigenpairs of a symmetric positive semidefinite ``A`` (its singular triplets, with u = v).
 
@@ -317,14 +314,15 @@ def psd_extremes(
     :func:`~kappalab.validation.symmetric_tolerance`, non-zero, and PSD: an eigenvalue below
     ``-rtol * lambda_max`` is an error (rounding makes exact zeros slightly negative; anything below the rank
     threshold counts as zero, never as a negative singular value). ``solver`` is ``"auto"`` or a name in
-    ``SOLVERS`` or ``EXTREME_SOLVERS`` (the latter for NumPy input; see the module docstring).
+    ``SOLVERS`` or ``EXTREME_SOLVERS`` (the latter for NumPy input; see the module docstring). ``scale``: ``A`` is
+    ``2^-scale`` times the caller's matrix (error messages show the caller's eigenvalues).
     """
+    require_values(A, name)
     if check:
         finite(A, name)
         symmetric(A, name)
     xp = namespace(A)
-    check_rtol(rtol)
-    rtol = default_rtol(A) if rtol is None else rtol
+    rtol = resolve_rtol(rtol, A)
     name_solver = choose_solver(A) if solver == "auto" else solver
     if name_solver not in SOLVERS and name_solver not in EXTREME_SOLVERS:
         raise ValueError(
@@ -346,20 +344,9 @@ def psd_extremes(
     else:
         e, lam_lowest = found
     if check:
-        lam_lo, lam_hi = to_scalar(lam_lowest), to_scalar(e.s_max)
-        floor = -rtol * max(abs(lam_hi), abs(lam_lo))
-        if lam_lo < floor:
-            raise ValueError(
-                f"{name} must be positive semidefinite: its smallest eigenvalue is {lam_lo:.6e}, below "
-                f"-rtol * max|lambda| = {floor:.6e}"
-            )
-        _check_nonzero(e, name)
+        check_psd(lam_lowest, e.s_max, rtol, name, scale)
+        check_nonzero(e.s_max, name)
     return e
-
-
-def _check_nonzero(e: Extremes, name: str) -> None:
-    if not to_scalar(e.s_max) > 0:
-        raise ValueError(f"{name} has rank zero (it is the zero matrix): kappa, R_well and R_ill are undefined")
 
 
 def require_unique(

@@ -19,8 +19,17 @@ def matrix(x: object, name: str, *, square: bool = False, check: bool = True) ->
     if square and a.shape[0] != a.shape[1]:
         raise ValueError(f"{name} must be square, got shape {tuple(a.shape)}")
     if check:
+        require_values(a, name)
         finite(a, name)
     return a
+
+
+def require_values(a: Array, name: str) -> None:
+    """Raise if ``a`` is a torch tensor on the ``meta`` device: it has a shape and a dtype but no values to compute
+    with. (Free: no device sync; the functions that decompose a matrix call it whatever ``check`` says.)"""
+    if is_torch(a) and a.device.type == "meta":
+        raise ValueError(f"{name} is a tensor on the 'meta' device (a shape without values): kappalab needs its "
+                         f"values; create it on 'cpu' or 'cuda'")
 
 
 def finite(a: Array, name: str) -> None:

@@ -3,7 +3,8 @@
 The Hessians are ``H(theta_I) = Phi^T Phi`` with ``Phi = X theta_I (+ 1 b^T)`` (biased features when the run has a
 bias: the official code evaluates those) and ``H(I) = X^T X``; both are formed by the core
 :func:`kappalab.hessian` (the bias enters as an extra input row: ``theta_aug = [theta; b^T]``,
-``K_aug = [X 1]^T [X 1]``). kappa definitions: :mod:`kappalab.immunization.spectra`.
+``K_aug = [X 1]^T [X 1]``). kappa definitions, the rank rule and the RIR terms: :mod:`kappalab.kappa`; each
+Hessian's spectrum is computed once and serves every ``rtol`` of the sensitivity block and the endpoints.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from kappalab._backend import times_pow2
+from kappalab.kappa import (DEFAULT_SHIFT, check_rtol, default_rtol, is_nonzero, kappa_of_spectrum, kappa_shifted,
+                            kept_shifted, rank_threshold, rir_terms, shifted_eigenvalues, spectrum)
 from kappalab.linear import hessian
 
-from .spectra import DEFAULT_SHIFT, default_rtol, kappa
 from .task import LinearTask
 
 DEFINITIONS = ("pinv", "shifted")
@@ -38,22 +41,35 @@ def hessians(theta: np.ndarray, task: LinearTask, bias: np.ndarray | None = None
     return out
 
 
-def rir_terms(H: dict[str, np.ndarray], definition: str, rtol: float, shift: float) -> dict[str, float]:
-    """(i), (ii), RIR and the four kappas under one definition."""
-    k = {name: kappa(M, definition, rtol=rtol, shift=shift) for name, M in H.items()}
-    term_i = k["H_H_immunized"] / k["H_H_identity"]
-    term_ii = k["H_P_immunized"] / k["H_P_identity"]
-    return {"term_i": term_i, "term_ii": term_ii, "rir": term_i / term_ii,
+Spectra = dict[str, np.ndarray]  #: each Hessian's descending eigenvalues (of the scaled matrix, see kappa.spectrum)
+
+
+def pinv_spectra(H: dict[str, np.ndarray]) -> Spectra:
+    """The descending eigenvalues of each Hessian (of ``2^-scale H``: kappa is scale-free)."""
+    return {name: spectrum(M, psd=True)[0] for name, M in H.items()}
+
+
+def terms(H: dict[str, np.ndarray], spectra: Spectra, definition: str, rtol: float, shift: float) -> dict[str, float]:
+    """(i), (ii), RIR and the four kappas under one definition ("pinv" from ``spectra`` at ``rtol``, "shifted" at
+    ``shift``)."""
+    if definition == "pinv":
+        k = {name: float(kappa_of_spectrum(spectra[name], rtol)) for name in H}
+    else:
+        k = {name: float(kappa_shifted(M, shift)) for name, M in H.items()}
+    t = rir_terms(k["H_H_immunized"], k["H_H_identity"], k["H_P_immunized"], k["H_P_identity"])
+    return {"term_i": t.term_i, "term_ii": t.term_ii, "rir": t.rir,
             **{f"kappa_{name[2:]}": v for name, v in k.items()}}
 
 
 def spectrum_endpoints(M: np.ndarray, rtol: float, shift: float) -> dict[str, float]:
-    """lambda_max, smallest eigenvalue, rank and smallest kept eigenvalue under each definition."""
-    lam = np.linalg.eigvalsh(M)
-    kept_pinv = lam[lam > rtol * lam[-1]]
-    lam_s = np.linalg.eigvalsh(M + shift * np.eye(M.shape[0]))
-    kept_s = lam_s[lam_s > shift]
-    return {"lambda_max": float(lam[-1]), "lambda_min_raw": float(lam[0]), "rank_pinv": int(kept_pinv.size),
+    """lambda_max, smallest eigenvalue, rank and smallest kept eigenvalue under each definition (the pinv ones
+    from the same eigenvalues as the pinv kappa)."""
+    values, scale = spectrum(M, psd=True)
+    lam = times_pow2(values, scale)  # descending, in M's units
+    kept_pinv = lam[is_nonzero(lam, rank_threshold(lam[0], rtol))]
+    lam_s = shifted_eigenvalues(M, shift)
+    kept_s = lam_s[kept_shifted(lam_s, shift)]
+    return {"lambda_max": float(lam[0]), "lambda_min_raw": float(lam[-1]), "rank_pinv": int(kept_pinv.size),
             "lambda_min_pinv": float(kept_pinv.min()), "n_kept_shifted": int(kept_s.size),
             "lambda_min_shifted": float(kept_s.min()) if kept_s.size else float("nan")}
 
@@ -82,22 +98,23 @@ def evaluate(run_or_theta: Any, task: LinearTask, *, rtol: float | None = None, 
         bias = np.asarray(bias, dtype=np.float64)
         if bias.shape != (D,):
             raise ValueError(f"bias must have shape ({D},), got {bias.shape}")
-    rtol = default_rtol(D) if rtol is None else float(rtol)
-    if not rtol > 0:
-        raise ValueError(f"rtol must be > 0, got {rtol!r}")
+    check_rtol(rtol)
+    rtol = default_rtol(theta) if rtol is None else float(rtol)  # D * eps: the rule for the D x D Hessians
     if not shift > 0:
         raise ValueError(f"shift must be > 0, got {shift!r}")
     if not set(sensitivity) <= set(DEFINITIONS):
         raise ValueError(f"sensitivity must name definitions among {DEFINITIONS}, got {sensitivity!r}")
     H = hessians(theta, task, bias)
+    spectra = pinv_spectra(H)
     result: dict[str, Any] = {"rtol": rtol, "shift": shift, "has_bias": bias is not None}
     for d in DEFINITIONS:
-        result[d] = rir_terms(H, d, rtol, shift)
+        result[d] = terms(H, spectra, d, rtol, shift)
     if endpoints:
         result["spectra"] = {name: spectrum_endpoints(M, rtol, shift) for name, M in H.items()}
     blocks = {
-        "pinv": lambda: {f"rtol_x{f:g}": rir_terms(H, "pinv", rtol * f, shift) for f in SENSITIVITY_FACTORS},
-        "shifted": lambda: {f"shift_x{f:g}": rir_terms(H, "shifted", rtol, shift * f) for f in SENSITIVITY_FACTORS},
+        "pinv": lambda: {f"rtol_x{f:g}": terms(H, spectra, "pinv", rtol * f, shift) for f in SENSITIVITY_FACTORS},
+        "shifted": lambda: {f"shift_x{f:g}": terms(H, spectra, "shifted", rtol, shift * f)
+                            for f in SENSITIVITY_FACTORS},
     }
     result["sensitivity"] = {d: blocks[d]() for d in DEFINITIONS if d in sensitivity}
     return result

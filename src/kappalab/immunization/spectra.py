@@ -1,15 +1,14 @@
 """The two condition-number definitions of Table 1 and the official code's regularizers r1, r2.
 
-kappa definitions (for a symmetric PSD ``H``, eigenvalues ``lambda_1 >= ... >= lambda_D >= 0``):
+kappa definitions (for a symmetric PSD ``H``; both live in :mod:`kappalab.kappa`, which documents them):
 
 * ``"pinv"`` (Eq. 1 with the pseudo-inverse): ``lambda_1 / lambda_k`` with ``lambda_k`` the smallest eigenvalue
-  above ``rtol * lambda_1``; the core's :func:`kappalab.condition_number` with ``psd=True``. Default
-  ``rtol = D * eps`` (NumPy's ``matrix_rank`` convention).
-* ``"shifted"`` (the authors' code): eigenvalues of ``H + shift I`` (``shift = 1e-6``), keep those ``> shift``,
-  ``kappa = max / min`` of the kept ones. An exact zero eigenvalue of H becomes ``shift + rounding``, and rounding
-  of a zero eigenvalue is about ``D * eps * lambda_1``, which for ``lambda_1 ~ 1e3`` is ~1e-11: a coin flip
-  decides whether a null direction is kept, and if it is, kappa jumps to ``~lambda_1 / shift``. Table 1's
-  sensitivity block exists to expose exactly that.
+  above ``rtol * lambda_1`` (:func:`kappalab.kappa.condition_number` with ``psd=True``, default ``rtol = D * eps``).
+* ``"shifted"`` (the authors' code, :func:`kappalab.kappa.kappa_shifted`): eigenvalues of ``H + shift I``
+  (``shift = 1e-6``), those ``> shift`` kept, ``kappa = max / min`` of the kept ones. An exact zero eigenvalue of H
+  becomes ``shift + rounding``, and rounding of a zero eigenvalue is about ``D * eps * lambda_1``, which for
+  ``lambda_1 ~ 1e3`` is ~1e-11: a coin flip decides whether a null direction is kept, and if it is, kappa jumps
+  to ``~lambda_1 / shift``. Table 1's sensitivity block exists to expose exactly that.
 
 Official regularizers (on a minibatch's ``S = Phi^T Phi``, ``D = S.shape[0]``; ``s_max``, ``s_min`` the largest
 and smallest kept eigenvalue of ``S + shift I`` as above):
@@ -28,51 +27,23 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
-
-from kappalab.regularizers import condition_number, r_well_from_extremes, ill_denominator
+from kappalab.kappa import (DEFAULT_SHIFT, condition_number, eigenvalues, is_nonzero, kappa_of_spectrum,
+                            kappa_shifted, kept_shifted, rank_threshold, resolve_rtol, shifted_eigenvalues)
+from kappalab.regularizers import ill_denominator, r_well_from_extremes
 from kappalab.spectral import Extremes
 
 KappaDefinition = Literal["pinv", "shifted"]
-DEFAULT_SHIFT = 1e-6
+__all__ = ["DEFAULT_SHIFT", "KappaDefinition", "kappa", "kappa_shifted", "torch_kappa", "official_r1", "official_r2",
+           "FeatureGram", "gram_extremes_shifted", "SPECTRAL_ROUTES", "torch_extremes"]
 
 
-def default_rtol(dim: int) -> float:
-    """``D * eps(float64)``: the rank tolerance of the pinv kappa when ``rtol=None``."""
-    return dim * float(np.finfo(np.float64).eps)
-
-
-def kept_shifted(eigenvalues_of_shifted: object, shift: float) -> object:
-    """Boolean mask of the eigenvalues of ``H + shift I`` that the official code keeps (``> shift``)."""
-    return eigenvalues_of_shifted > shift
-
-
-def kappa_shifted(H: np.ndarray, shift: float = DEFAULT_SHIFT) -> float:
-    """The official code's kappa: ``max / min`` of the eigenvalues of ``H + shift I`` above ``shift``."""
-    if not shift > 0:
-        raise ValueError(f"shift must be > 0, got {shift!r}")
-    H = np.asarray(H, dtype=np.float64)
-    lam = np.linalg.eigvalsh(H + shift * np.eye(H.shape[0]))
-    kept = lam[kept_shifted(lam, shift)]
-    if kept.size == 0:
-        raise ValueError(f"H has no eigenvalue above the shift {shift:g} (it is zero to that tolerance)")
-    return float(kept.max() / kept.min())
-
-
-def kappa_pinv(H: np.ndarray, rtol: float | None = None) -> float:
-    """Eq. 1's kappa of a PSD ``H`` through the core (``rtol=None``: ``D * eps``)."""
-    H = np.asarray(H, dtype=np.float64)
-    rtol = default_rtol(H.shape[0]) if rtol is None else rtol
-    return float(condition_number(H, rtol, psd=True))
-
-
-def kappa(H: np.ndarray, definition: KappaDefinition, *, rtol: float | None = None,
+def kappa(H: object, definition: KappaDefinition, *, rtol: float | None = None,
           shift: float = DEFAULT_SHIFT) -> float:
-    """kappa of a PSD ``H`` under ``definition`` ("pinv" or "shifted")."""
+    """kappa of a PSD ``H`` under ``definition`` ("pinv" or "shifted"), as a float."""
     if definition == "pinv":
-        return kappa_pinv(H, rtol)
+        return float(condition_number(H, rtol, psd=True))
     if definition == "shifted":
-        return kappa_shifted(H, shift)
+        return float(kappa_shifted(H, shift))
     raise ValueError(f"definition must be 'pinv' or 'shifted', got {definition!r}")
 
 
@@ -83,21 +54,23 @@ def torch_extremes(S, definition: KappaDefinition, *, rtol: float | None = None,
     """Differentiable ``s_max``, ``s_min`` and ``||S||_F^2`` of a symmetric PSD torch ``S`` as an
     :class:`~kappalab.spectral.Extremes` (singular vectors are not needed by the scalar formulas: left None).
 
-    ``"pinv"``: eigenvalues of S, kept above ``rtol * s_max``; ``"shifted"``: eigenvalues of ``S + shift I``,
-    kept above ``shift``. ``rank`` overrides the ``k`` the formulas use (the official code: ``k = D``).
+    ``"pinv"``: eigenvalues of S, kept by the rank rule at ``rtol``; ``"shifted"``: eigenvalues of
+    ``S + shift I``, kept above ``shift`` (:mod:`kappalab.kappa`). ``rank`` overrides the ``k`` the formulas use
+    (the official code: ``k = D``). The kept set is found on the device (no host sync).
     """
     import torch
 
     D = S.shape[0]
     if definition == "shifted":
-        lam = torch.linalg.eigvalsh(S + shift * torch.eye(D, dtype=S.dtype, device=S.device))
+        lam = shifted_eigenvalues(S, shift)
         threshold = torch.full((), shift, dtype=S.dtype, device=S.device)
+        keep = kept_shifted(lam.detach(), shift)
     elif definition == "pinv":
-        lam = torch.linalg.eigvalsh(S)
-        threshold = (default_rtol(D) if rtol is None else rtol) * lam[-1].detach()
+        lam = eigenvalues(S)
+        threshold = rank_threshold(lam[-1].detach(), resolve_rtol(rtol, S))
+        keep = is_nonzero(lam.detach(), threshold)
     else:
         raise ValueError(f"definition must be 'pinv' or 'shifted', got {definition!r}")
-    keep = lam.detach() > threshold
     k = keep.sum()
     first = torch.argmax(keep.to(torch.int8))  # ascending order: first kept = smallest kept
     s_min = lam[first]
@@ -108,15 +81,18 @@ def torch_extremes(S, definition: KappaDefinition, *, rtol: float | None = None,
 
 
 def torch_kappa(S, definition: KappaDefinition, *, rtol: float | None = None, shift: float = DEFAULT_SHIFT):
-    """Differentiable kappa of a symmetric PSD torch ``S`` (autograd through ``eigvalsh``): Opt-kappa's objective.
-    ``S`` may be a :class:`FeatureGram` (gram route; ``"shifted"`` only)."""
+    """Differentiable kappa of a symmetric PSD torch ``S`` (autograd through ``eigvalsh``; :mod:`kappalab.kappa`):
+    Opt-kappa's objective. ``S`` may be a :class:`FeatureGram` (gram route; ``"shifted"`` only)."""
     if isinstance(S, FeatureGram):
         if definition != "shifted":
             raise ValueError(f"the gram route implements the 'shifted' kappa only, got {definition!r}")
         e = gram_extremes_shifted(S, shift)
         return e.s_max / e.s_min
-    e = torch_extremes(S, definition, rtol=rtol, shift=shift)
-    return e.s_max / e.s_min
+    if definition == "pinv":
+        return kappa_of_spectrum(eigenvalues(S), rtol, check=False)
+    if definition == "shifted":
+        return kappa_shifted(S, shift, check=False)
+    raise ValueError(f"definition must be 'pinv' or 'shifted', got {definition!r}")
 
 
 def official_r1(S, shift: float = DEFAULT_SHIFT):

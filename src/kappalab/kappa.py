@@ -1,0 +1,263 @@
+"""kappa, the rank rule and the RIR: their one home, for NumPy arrays and torch tensors alike.
+
+Notation (the paper's). A *spectrum* is the list of singular values ``s_1 >= s_2 >= ... >= 0`` of a matrix ``S``
+(``m x n``), or the eigenvalues of a symmetric positive semidefinite (PSD) ``A``, whose singular values they are.
+
+Rank rule
+    A value counts as nonzero when ``s_i > rtol * s_1``; the numerical rank ``k`` counts them. The default
+    ``rtol = max(m, n) * eps(dtype)`` (for a spectrum of ``n`` values of a square matrix: ``n * eps``) is NumPy's
+    ``matrix_rank`` convention: a backward-stable SVD or symmetric eigensolver perturbs every value by about
+    ``max(m, n) * eps * s_1``, so smaller values cannot be told from zero. ``rtol`` must lie in ``[0, 1)``. For a
+    PSD matrix an eigenvalue below ``-rtol * max|lambda|`` is no rounding of a zero but a negative eigenvalue: an
+    error. A spectrum with ``s_1 <= 0`` (the zero matrix) has rank zero and no kappa.
+
+kappa
+    * Pseudo-inverse kappa (Eq. 1 with the pseudo-inverse): ``s_1 / s_k``, the largest over the smallest NONZERO
+      value: :func:`kappa_of_spectrum`, :func:`condition_number` (a matrix), :func:`kappa_of_features`.
+    * Shifted kappa (the authors' official code): the eigenvalues of ``S + shift I`` (``eigvalsh``), those
+      ``> shift`` kept, ``max / min`` of the kept ones: :func:`kappa_shifted`. It keeps rounding-level null
+      eigenvalues: an exact zero eigenvalue of S is computed as ``shift +- O(n eps lambda_1)``, the sign of that
+      rounding decides whether it is kept, and when it is, kappa jumps to about ``lambda_1 / shift``. This is the
+      official rule reproduced as it is (Table 1's sensitivity block exposes it), not a rank decision.
+
+RIR (Eq. 15 and Eq. 17)
+    ``(i) = kappa(H_H(theta_I)) / kappa(H_H(ref))``, ``(ii) = kappa(H_P(theta_I)) / kappa(H_P(ref))`` and
+    ``RIR = (i) / (ii)``, with ``ref = I`` (Eq. 15, ``H(I) = K``) or a pre-trained ``theta_0`` (Eq. 17):
+    :func:`rir_terms`. Immunization wants (i) large and (ii) near or below 1.
+
+Where a spectrum comes from
+    * given: :func:`kappa_of_spectrum` takes the values in any order;
+    * a matrix: :func:`spectrum`. A general matrix: its singular values (``svdvals``). A PSD matrix
+      (``psd=True``): its eigenvalues by :func:`eigenvalues`;
+    * a feature matrix ``F`` (``N x D``) of ``H = F^T F``: the squared singular values of ``F``
+      (:func:`feature_spectrum`, :func:`kappa_of_features`). An eigensolver applied to ``F^T F`` or ``F F^T`` errs
+      by about ``eps * lambda_1`` in absolute terms, so it cannot resolve ``kappa(H) > ~1e15``; the SVD of ``F``
+      errs by about ``eps * s_1`` on ``s_i = sqrt(lambda_i)``, i.e. it resolves ``lambda_k / lambda_1`` down to
+      about ``eps^2``.
+
+    A matrix is first scaled by a power of 4 to a largest entry in ``[1/4, 1)`` (:func:`~kappalab._backend.unit_scale`;
+    exact in floating point, and a no-op on every value for matrices away from float64's range ends): kappa is
+    then invariant, bit for bit, under scaling by powers of 2, and no decomposition under- or overflows for
+    entries anywhere in float64's range.
+
+Torch tensors stay on their device; kappa is differentiable through ``eigvalsh`` / ``svdvals`` (the mask of the
+rank rule carries no gradient).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from ._backend import Array, eps, eye_like, is_torch, namespace, times_pow2, to_scalar, unit_scale
+from .validation import matrix, positive_scalar, require_values, symmetric
+
+#: The official code's shift of the shifted kappa.
+DEFAULT_SHIFT = 1e-6
+
+#: NumPy matrices from this size on take their eigenvalues from ``eigvalsh`` (LAPACK ``sytrd`` + ``sterf``), the
+#: values of :mod:`kappalab.spectral`'s ``"tridiag"`` route; smaller ones from ``eigh``, the values of its
+#: ``"eigh"`` route. Both are the routes ``solver="auto"`` takes, so kappa and the regularizers' extremes see the
+#: same eigenvalues (a test checks it bit for bit), and every kappa recorded so far recomputes identically.
+AUTO_TRIDIAG_MIN_N = 128
+
+
+# ---- the rank rule ------------------------------------------------------------------------------------------------
+
+def default_rtol(a: Array, dim: int | None = None) -> float:
+    """``max(m, n) * eps(dtype)`` for an ``m x n`` matrix ``a``, ``n * eps`` for a spectrum of ``n`` values; ``dim``
+    replaces ``max(m, n)`` where ``a`` stands for another matrix (features ``F``, ``N x D``, for ``H = F^T F``:
+    ``dim = D``)."""
+    return (max(a.shape) if dim is None else dim) * eps(a)
+
+
+def check_rtol(rtol: float | None, name: str = "rtol") -> None:
+    """``rtol`` must be ``None`` or a number in ``[0, 1)``: a negative value would count zero singular values as
+    nonzero, a value ``>= 1`` (or NaN) would leave no nonzero singular value at all."""
+    if rtol is not None and not 0 <= rtol < 1:
+        raise ValueError(f"{name} must be None or a relative tolerance in [0, 1), got {rtol!r}")
+
+
+def resolve_rtol(rtol: float | None, a: Array, dim: int | None = None) -> float:
+    """``rtol`` checked, or :func:`default_rtol` of ``a`` (and ``dim``) when it is ``None``."""
+    check_rtol(rtol)
+    return default_rtol(a, dim) if rtol is None else rtol
+
+
+def rank_threshold(s_max: Array, rtol: float) -> Array:
+    """The absolute threshold ``rtol * s_1`` of the rank rule."""
+    return rtol * s_max
+
+
+def is_nonzero(values: Array, threshold: Array) -> Array:
+    """The rank rule: ``values > threshold`` (elementwise)."""
+    return values > threshold
+
+
+def numerical_rank(values: Array, threshold: Array) -> Array:
+    """``k``: how many values lie above ``threshold`` (a 0-d integer array or tensor)."""
+    return is_nonzero(values, threshold).sum()
+
+
+def check_nonzero(s_max: Array, name: str) -> None:
+    """Raise when the largest value is not positive: the matrix is zero, and kappa, R_well and R_ill are undefined."""
+    if not to_scalar(s_max) > 0:
+        raise ValueError(f"{name} has rank zero (it is the zero matrix): kappa, R_well and R_ill are undefined")
+
+
+def check_psd(lam_lowest: Array, lam_max: Array, rtol: float, name: str, scale: int = 0) -> None:
+    """Raise when the smallest eigenvalue lies below ``-rtol * max|lambda|`` (a negative eigenvalue, not rounding).
+    ``scale``: the eigenvalues are those of ``2^-scale`` times the caller's matrix; the message shows the caller's."""
+    lo, hi = to_scalar(lam_lowest), to_scalar(lam_max)
+    floor = -rtol * max(abs(hi), abs(lo))
+    if lo < floor:
+        raise ValueError(
+            f"{name} must be positive semidefinite: its smallest eigenvalue is {math.ldexp(lo, scale):.6e}, below "
+            f"-rtol * max|lambda| = {math.ldexp(floor, scale):.6e}"
+        )
+
+
+# ---- spectra ------------------------------------------------------------------------------------------------------
+
+def eigenvalues(A: Array) -> Array:
+    """Eigenvalues of the symmetric ``A``, ascending: ``eigh`` for NumPy ``n < AUTO_TRIDIAG_MIN_N``, ``eigvalsh``
+    otherwise (see :data:`AUTO_TRIDIAG_MIN_N`; torch: ``eigvalsh``, differentiable)."""
+    require_values(A, "A")
+    xp = namespace(A)
+    if not is_torch(A) and A.shape[0] < AUTO_TRIDIAG_MIN_N:
+        return xp.linalg.eigh(A)[0]
+    return xp.linalg.eigvalsh(A)
+
+
+def singular_values(S: Array) -> Array:
+    """Singular values of ``S``, descending (values only: LAPACK ``gesdd`` without vectors)."""
+    require_values(S, "S")
+    return namespace(S).linalg.svdvals(S)
+
+
+def descending(values: Array) -> Array:
+    """``values`` sorted from the largest down."""
+    if is_torch(values):
+        return values.sort(descending=True).values
+    return namespace(values).sort(values)[::-1]
+
+
+def feature_spectrum(F: object, *, check: bool = True, name: str = "F") -> Array:
+    """The nonzero-capable spectrum of ``H = F^T F``: the ``min(N, D)`` squared singular values of ``F`` (``N x D``),
+    descending (without the ``|D - N|`` structural zeros; see the module docstring for why not eigenvalues)."""
+    F = matrix(F, name, check=check)
+    s = singular_values(F)
+    return s * s
+
+
+def spectrum(S: object, *, psd: bool = False, check: bool = True, rtol: float | None = None,
+             name: str = "S") -> tuple[Array, int]:
+    """``(values, scale)``: the descending spectrum of ``2^-scale S``, ``scale`` even and such that the largest entry
+    of ``2^-scale S`` lies in ``[1/4, 1)`` (see the module docstring). ``psd=True``: S must be square, symmetric and
+    PSD (checked with ``check``; ``rtol`` is the PSD check's tolerance, default :func:`default_rtol`)."""
+    return _spectrum(matrix(S, name, square=psd, check=check), psd, check, rtol, name)
+
+
+def _spectrum(S: Array, psd: bool, check: bool, rtol: float | None, name: str) -> tuple[Array, int]:
+    require_values(S, name)
+    if psd and check:
+        symmetric(S, name)
+    scale = unit_scale(S)
+    S0 = times_pow2(S, -scale)
+    if not psd:
+        return singular_values(S0), scale
+    lam = eigenvalues(S0)
+    if check:
+        check_psd(lam[0], lam[-1], resolve_rtol(rtol, S), name, scale)
+    return namespace(lam).flip(lam, (0,)), scale
+
+
+# ---- the pseudo-inverse kappa ---------------------------------------------------------------------------------------
+
+def kappa_of_spectrum(values: object, rtol: float | None = None, *, rank: int | None = None,
+                      dim: int | None = None, check: bool = True, name: str = "spectrum") -> Array:
+    """``s_1 / s_k``: Eq. 1's kappa with the pseudo-inverse, from a spectrum (any order; a 1-d array or tensor).
+
+    ``k`` is the numerical rank at ``rtol`` (``None``: :func:`default_rtol` with ``dim`` the larger side of the
+    matrix the values belong to, default the number of values), or ``rank`` when given (e.g. a rank decided on
+    another matrix of the same rank: Table 2's ``rank(theta^T K theta) = rank(K)``). ``check`` raises on a zero
+    spectrum (a host sync); without it the rank stays on the device. Returns a 0-d array or tensor."""
+    lam = descending(values)
+    n = lam.shape[0]
+    if rank is None:
+        rank = numerical_rank(lam, rank_threshold(lam[0], resolve_rtol(rtol, lam, dim)))
+    elif not (isinstance(rank, int) and 1 <= rank <= n and (not check or to_scalar(lam[rank - 1]) > 0)):
+        raise ValueError(f"rank must be an int in 1..{n} with a positive rank-th value, got {rank!r}")
+    if check:
+        check_nonzero(lam[0], name)
+    return lam[0] / lam[rank - 1]
+
+
+def condition_number(S: object, rtol: float | None = None, *, psd: bool = False, check: bool = True) -> Array:
+    """``kappa(S) = s_max / s_min`` with s_min the smallest singular value above ``rtol * s_max`` (Eq. 1 with the
+    pseudo-inverse); ``psd=True``: S symmetric PSD, its eigenvalues. ``rtol=None``: ``max(m, n) * eps(dtype)``.
+    Invariant under ``S -> 2^j S`` bit for bit. Returns a NumPy scalar or a 0-d tensor."""
+    check_rtol(rtol)
+    S = matrix(S, "S", square=psd, check=check)
+    values, _ = _spectrum(S, psd, check, rtol, "S")
+    return kappa_of_spectrum(values, rtol, dim=max(S.shape), name="S")
+
+
+def kappa_of_features(F: object, rtol: float | None = None, *, rank: int | None = None, check: bool = True) -> Array:
+    """kappa of ``H = F^T F`` from the features: ``(s_1 / s_k)^2`` with ``s_i`` the singular values of ``F``.
+
+    The rank rule is applied where the values were computed, to the singular values of ``F`` (``N x D``): ``rtol`` is
+    relative to ``s_1(F)``, default ``max(N, D) * eps``, i.e. ``(max(N, D) eps)^2`` relative to ``lambda_1(H)``, so
+    kappa(H) up to about ``1 / (max(N, D) eps)^2`` is resolved. (The rule of the ``D x D`` matrix H applied to the
+    feature spectrum, ``kappa_of_spectrum(feature_spectrum(F))``, cuts at ``n eps`` relative to ``lambda_1``
+    instead: Table 2's choice.)"""
+    F = matrix(F, "F", check=check)
+    require_values(F, "F")
+    s = singular_values(times_pow2(F, -unit_scale(F)))  # kappa is scale-free
+    ratio = kappa_of_spectrum(s, rtol, rank=rank, dim=max(F.shape), check=check, name="F")
+    return ratio * ratio
+
+
+# ---- the official code's shifted kappa ----------------------------------------------------------------------------
+
+def shifted_eigenvalues(S: Array, shift: float = DEFAULT_SHIFT) -> Array:
+    """Eigenvalues of ``S + shift I``, ascending (``eigvalsh``; torch: differentiable)."""
+    positive_scalar(shift, "shift")
+    require_values(S, "S")
+    return namespace(S).linalg.eigvalsh(S + shift * eye_like(S, S.shape[0]))
+
+
+def kept_shifted(lam_shifted: Array, shift: float) -> Array:
+    """The official rule's mask: eigenvalues of ``S + shift I`` above ``shift``."""
+    return lam_shifted > shift
+
+
+def kappa_shifted(S: object, shift: float = DEFAULT_SHIFT, *, check: bool = True) -> Array:
+    """The official code's kappa: ``max / min`` of the eigenvalues of ``S + shift I`` above ``shift`` (see the
+    module docstring: rounding-level null eigenvalues may be kept). ``check`` raises when none is kept (a host
+    sync). Returns a 0-d array or tensor."""
+    S = matrix(S, "S", square=True, check=check)
+    lam = shifted_eigenvalues(S, shift)  # ascending
+    kept = kept_shifted(lam, shift)
+    if check and not bool(kept[-1]):
+        raise ValueError(f"S has no eigenvalue above the shift {shift:g} (it is zero to that tolerance)")
+    first = namespace(lam).argmax(kept * 1)  # the smallest kept eigenvalue, found on the device
+    return lam[-1] / lam[first]
+
+
+# ---- Eq. 15 / Eq. 17 --------------------------------------------------------------------------------------------
+
+class RIRTerms(NamedTuple):
+    """Eq. 15/17's terms (same kind as the kappas: floats, arrays elementwise, or tensors)."""
+
+    term_i: object  #: kappa(H_H(theta_I)) / kappa(H_H(ref))
+    term_ii: object  #: kappa(H_P(theta_I)) / kappa(H_P(ref))
+    rir: object  #: term_i / term_ii
+
+
+def rir_terms(kappa_H_immunized: object, kappa_H_reference: object, kappa_P_immunized: object,
+              kappa_P_reference: object) -> RIRTerms:
+    """(i), (ii) and RIR of Eq. 15 (reference = identity) or Eq. 17 (reference = theta_0) from the four kappas."""
+    term_i = kappa_H_immunized / kappa_H_reference
+    term_ii = kappa_P_immunized / kappa_P_reference
+    return RIRTerms(term_i, term_ii, term_i / term_ii)

@@ -143,3 +143,41 @@ def test_meta_tensor_requiring_grad_gets_the_same_line() -> None:
     S = torch.eye(3, dtype=torch.float64, device="meta", requires_grad=True)
     with pytest.raises(ValueError, match="'meta' device"):
         kl.r_ill(S)
+
+
+# ---- the exact power-of-two scaling behind all of the above -----------------------------------------------------
+
+def test_unit_scale_is_even_and_lands_in_a_quarter_to_one() -> None:
+    from kappalab._backend import unit_scale
+
+    for top, e in ((3.0, 2), (1.0, 2), (0.5, 0), (0.25, 0), (0.2, -2), (2.0**1000, 1002), (5e-324, -1072)):
+        assert unit_scale(np.array([[top, -top / 3]])) == e, top
+        assert 0.25 <= np.ldexp(top, -e) < 1.0
+    assert unit_scale(np.zeros((2, 2))) == 0
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_times_pow2_is_exact_beyond_one_factors_range(xp, dtype: str) -> None:
+    """2^k with |k| beyond the dtype's exponent range is applied in representable steps (float32: steps of 2^64)."""
+    from kappalab._backend import times_pow2
+
+    big = 2000 if dtype == "float64" else 200
+    x = xp.asarray(np.ldexp(1.5, -big // 2), dtype=dtype)
+    assert float(xp.numpy(times_pow2(x, big))) == np.ldexp(1.5, big // 2)
+    assert float(xp.numpy(times_pow2(xp.asarray(1.0, dtype=dtype), 2 * big))) == np.inf
+    assert float(xp.numpy(times_pow2(xp.asarray(1.0, dtype=dtype), -2 * big))) == 0.0
+
+
+@pytest.mark.parametrize("x, k, where", [
+    (1.5, 1023, 0), (1.0, 1024, 1), (1.0, -1022, 0), (1.0, -1023, -1), (0.0, 5000, 0), (np.inf, -5000, 0),
+], ids=["largest binade", "2^1024 overflows", "smallest normal", "subnormal", "zero", "inf"])
+def test_pow2_range_decides_from_exponents(x: float, k: int, where: int) -> None:
+    from kappalab._backend import pow2_range
+
+    assert pow2_range(np.array([x, -x / 2]), k) == where
+
+
+def test_psd_message_at_scale_shows_the_callers_eigenvalue(xp) -> None:
+    """R_well computes on 2^-e S; the PSD error still names S's own eigenvalue."""
+    with pytest.raises(ValueError, match=r"its smallest eigenvalue is -1\.0+e\+200"):
+        kl.r_well(xp.asarray(1e200 * np.diag([3.0, 2.0, -1.0])), psd=True)

@@ -275,3 +275,20 @@ def test_meta_tensors_get_one_line_naming_the_device(call) -> None:
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match=r"is a tensor on the 'meta' device \(a shape without values\)"):
         call(torch.eye(3, dtype=torch.float64, device="meta"))
+
+
+def test_torch_eigenvalues_are_eigvalsh_values() -> None:
+    """Torch takes eigvalsh's values at every size: those the training objectives (Opt kappa, r1/r2) used."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((30, 20)) * np.logspace(0, -5, 20)
+    A = torch.tensor(X.T @ X)
+    assert torch.equal(K.eigenvalues(A), torch.linalg.eigvalsh(A))
+
+
+def test_rank_check_can_be_left_to_the_caller(xp) -> None:
+    """check=False skips the host sync of the rank's value check: rank 3 of (4, 1, 0) then divides by zero."""
+    with np.errstate(divide="ignore"):
+        assert float(xp.numpy(K.kappa_of_spectrum(xp.asarray([4.0, 1.0, 0.0]), rank=3, check=False))) == np.inf
+    with pytest.raises(ValueError, match="rank must be an int"):
+        K.kappa_of_spectrum(xp.asarray([4.0, 1.0, 0.0]), rank=3)

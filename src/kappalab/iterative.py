@@ -34,7 +34,7 @@ import numpy as np
 
 
 @dataclass
-class _Ends:
+class Ends:
     """Both ends of the spectrum found by an iterative solver, with their blocks for the next warm start."""
 
     top_vals: np.ndarray  #: descending Ritz values of the top block
@@ -70,7 +70,7 @@ def _start(prev: np.ndarray | None, n: int, b: int, rng: np.random.Generator, dt
     return X
 
 
-def _ends_lobpcg(A, prev: _Ends | None, maxiter: int, tol_vec: float, rng) -> _Ends | None:
+def _ends_lobpcg(A, prev: Ends | None, maxiter: int, tol_vec: float, rng) -> Ends | None:
     from scipy.sparse.linalg import lobpcg
 
     Ainv = _cholesky_inverse(A)
@@ -87,10 +87,10 @@ def _ends_lobpcg(A, prev: _Ends | None, maxiter: int, tol_vec: float, rng) -> _E
         wt, Vt = lobpcg(A, Xt, largest=True, tol=tol_t or None, maxiter=maxiter)
         wb, Vb = lobpcg(A, Xb, M=Ainv, largest=False, tol=tol_b or None, maxiter=maxiter)
     it, ib = np.argsort(wt)[::-1], np.argsort(wb)
-    return _Ends(wt[it], Vt[:, it], wb[ib], Vb[:, ib])
+    return Ends(wt[it], Vt[:, it], wb[ib], Vb[:, ib])
 
 
-def _ends_arpack(A, prev: _Ends | None, maxiter: int, tol_vec: float, rng) -> _Ends | None:
+def _ends_arpack(A, prev: Ends | None, maxiter: int, tol_vec: float, rng) -> Ends | None:
     from scipy.sparse.linalg import eigsh
 
     Ainv = _cholesky_inverse(A)
@@ -103,7 +103,7 @@ def _ends_arpack(A, prev: _Ends | None, maxiter: int, tol_vec: float, rng) -> _E
     wt, Vt = eigsh(A, which="LA", v0=v_top, **kw)
     wb, Vb = eigsh(A, sigma=0.0, which="LM", OPinv=Ainv, v0=v_bot, **kw)
     it, ib = np.argsort(wt)[::-1], np.argsort(wb)
-    return _Ends(wt[it], Vt[:, it], wb[ib], Vb[:, ib])
+    return Ends(wt[it], Vt[:, it], wb[ib], Vb[:, ib])
 
 
 #: Shift margin of the ``"shift"`` method, relative to the previous gap (see :func:`_ends_shift`).
@@ -142,7 +142,7 @@ def _shifted_cholesky(A: np.ndarray, theta: float, margin: float, top: bool):
     return None
 
 
-def _ends_shift(A, prev: _Ends | None, maxiter: int, tol_vec: float, rng) -> _Ends | None:
+def _ends_shift(A, prev: Ends | None, maxiter: int, tol_vec: float, rng) -> Ends | None:
     """Block inverse iteration with Rayleigh-Ritz at each end, shifted just beyond the extreme eigenvalue.
 
     The shift comes from the warm start: the extreme Ritz value ``theta`` of the previous block on the new ``A``
@@ -189,13 +189,13 @@ def _ends_shift(A, prev: _Ends | None, maxiter: int, tol_vec: float, rng) -> _En
                 break  # the acceptance test of residual_failure, which the caller applies again
         out.append(ends)
     (wt, Vt), (wb, Vb) = out
-    return _Ends(wt, Vt, wb, Vb)
+    return Ends(wt, Vt, wb, Vb)
 
 
 _ENDS = {"shift": _ends_shift, "lobpcg": _ends_lobpcg, "arpack": _ends_arpack}
 
 
-def residual_failure(A: np.ndarray, ends: _Ends, tol_vec: float) -> str | None:
+def residual_failure(A: np.ndarray, ends: Ends, tol_vec: float) -> str | None:
     """Why the pairs fail the acceptance test of the module docstring, or ``None`` when they pass."""
     lam_max = abs(ends.top_vals[0])
     checks = [
@@ -217,8 +217,8 @@ def residual_failure(A: np.ndarray, ends: _Ends, tol_vec: float) -> str | None:
 METHODS: tuple[str, ...] = tuple(_ENDS)
 
 
-def solve_ends(A: np.ndarray, prev: _Ends | None, method: str, maxiter: int, tol_vec: float,
-               rng: np.random.Generator) -> tuple[_Ends | None, str | None]:
+def solve_ends(A: np.ndarray, prev: Ends | None, method: str, maxiter: int, tol_vec: float,
+               rng: np.random.Generator) -> tuple[Ends | None, str | None]:
     """Both ends of A's spectrum by ``method`` (warm-started from ``prev``), vectors normalized: ``(ends, None)``
     when they pass the acceptance test, else ``(ends or None, reason)``."""
     if method not in _ENDS:

@@ -81,7 +81,7 @@ def scaled_extremes(S: object, *, rtol: float | None, psd: bool, solver: str, ch
 
 
 def rescaled(x0: Array, k: int, check: bool, what: str) -> Array:
-    """``x0 * 2^k``; with ``check``, a :class:`FloatRangeWarning` when its largest magnitude leaves float64's normal
+    """``x0 * 2^k``; with ``check``, a :class:`FloatRangeWarning` when its largest magnitude leaves the dtype's normal
     range (it is then inf, or subnormal or 0)."""
     where = pow2_range(x0, k) if check else 0
     if where:

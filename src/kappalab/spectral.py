@@ -59,7 +59,7 @@ import numpy as np
 
 from ._backend import Array, eps, is_torch, namespace, scalar_like, to_scalar
 from .errors import DegenerateSpectrumError, DegenerateSpectrumWarning
-from .iterative import _Ends, default_tol_vec, solve_ends
+from .iterative import Ends, default_tol_vec, solve_ends
 from .kappa import AUTO_TRIDIAG_MIN_N, check_nonzero, check_psd, is_nonzero, numerical_rank, rank_threshold, resolve_rtol
 from .kappa import default_rtol  # noqa: F401  (the rank rule's default, importable here as before)
 from .validation import finite, require_values, symmetric
@@ -265,8 +265,8 @@ def _subset_extremes(A: Array, rtol: float) -> tuple[Extremes, Array] | None:
     return extremes_from_pairs((lt[::-1], Vt[:, ::-1]), (lb, Vb), A, rtol)
 
 
-def iterative_extremes(A: Array, rtol: float, prev: _Ends | None, method: str, maxiter: int, tol_vec: float,
-                       rng: np.random.Generator) -> tuple[tuple[Extremes, Array] | None, _Ends | None, str | None]:
+def iterative_extremes(A: Array, rtol: float, prev: Ends | None, method: str, maxiter: int, tol_vec: float,
+                       rng: np.random.Generator) -> tuple[tuple[Extremes, Array] | None, Ends | None, str | None]:
     """One iterative solve (:func:`kappalab.iterative.solve_ends`, warm-started from ``prev``) turned into
     :class:`Extremes`: ``(result or None, ends, reason for None)``."""
     ends, reason = solve_ends(A, prev, method, maxiter, tol_vec, rng)

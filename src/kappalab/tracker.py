@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 
 from ._backend import Array, is_torch
-from .iterative import METHODS, _Ends, default_tol_vec
+from .iterative import METHODS, Ends, default_tol_vec
 from .kappa import default_rtol
 from .spectral import Extremes, iterative_extremes, psd_extremes
 from .validation import finite, symmetric
@@ -49,7 +49,7 @@ class ExtremeTracker:
         self.fallbacks = 0
         self.dense_solves = 0
         self.last_fallback: str | None = None
-        self._prev: _Ends | None = None
+        self._prev: Ends | None = None
         self._rng = np.random.default_rng(seed)
 
     def reset(self) -> None:
@@ -80,11 +80,11 @@ class ExtremeTracker:
         return e
 
 
-def _ends_from_dense(e: Extremes, A: np.ndarray) -> _Ends | None:
+def _ends_from_dense(e: Extremes, A: np.ndarray) -> Ends | None:
     """Seed the next warm start from a dense solve (only the extreme vectors are kept)."""
     if int(e.rank) < A.shape[0]:
         return None
-    return _Ends(np.array([e.s_max, e.s_2]), e.v_max[:, None], np.array([e.s_min, e.s_km1]), e.v_min[:, None])
+    return Ends(np.array([e.s_max, e.s_2]), e.v_max[:, None], np.array([e.s_min, e.s_km1]), e.v_min[:, None])
 
 
 def _as_torch(e: Extremes, like: Array) -> Extremes:

@@ -89,3 +89,45 @@ def test_every_table1_config_loads_and_cites_table4():
     assert table1_config("paper", "rill_only").lambda_P == 0
     with pytest.raises(ValueError, match="path_or_name"):
         load_config("no_such_config")
+
+
+def _committed_table1_runs():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table1"
+    for protocol in ("paper", "official"):
+        folder = root / protocol
+        for line in (folder / "runs.jsonl").read_text().splitlines():
+            yield folder, json.loads(line)
+
+
+def test_committed_table1_evaluations_recompute_bit_for_bit():
+    """Every committed Table 1 run (both protocols): RIR, terms and kappas under both definitions and the whole
+    sensitivity block, recomputed through kappalab.kappa from the stored theta, equal the records exactly."""
+    from kappalab.immunization import LinearTask, evaluate
+
+    n = 0
+    for folder, r in _committed_table1_runs():
+        task = LinearTask(np.load(folder / "features_P.npy"), np.load(folder / "y_P.npy"),
+                          np.load(folder / "features_H.npy"), np.load(folder / "y_H.npy"), "mse", "files", "files")
+        theta = np.load(folder / r["files"]["theta_I"])
+        bias = np.load(folder / r["files"]["bias"]) if r["files"]["bias"] else None
+        ev, again = r["evaluation"], evaluate(theta, task, bias=bias, shift=r["evaluation"]["shift"], endpoints=False)
+        assert {d: again[d] for d in ("pinv", "shifted", "sensitivity", "rtol")} == \
+            {d: ev[d] for d in ("pinv", "shifted", "sensitivity", "rtol")}, r["key"]
+        n += 1
+    assert n == 40
+
+
+def test_spectrum_endpoints_come_from_the_kappas_eigenvalues():
+    """lambda_max / lambda_min_pinv is the pinv kappa exactly (one eigen-decomposition serves both; before, the
+    endpoints came from eigvalsh and the kappa from eigh, 2.7e-10 apart on the committed Table 1 Hessians)."""
+    from kappalab.immunization import LinearTask, evaluate
+
+    folder, r = next(_committed_table1_runs())
+    task = LinearTask(np.load(folder / "features_P.npy"), np.load(folder / "y_P.npy"),
+                      np.load(folder / "features_H.npy"), np.load(folder / "y_H.npy"), "mse", "files", "files")
+    ev = evaluate(np.load(folder / r["files"]["theta_I"]), task, sensitivity=())
+    for name, ends in ev["spectra"].items():
+        assert ends["lambda_max"] / ends["lambda_min_pinv"] == ev["pinv"][f"kappa_{name[2:]}"], name

@@ -10,7 +10,8 @@ from .bounds import step_bound_ill, step_bound_theta_ill, step_bound_theta_well,
 from .eq10 import eq10_singular_values
 from .errors import DegenerateSpectrumError, DegenerateSpectrumWarning, KappalabError, UndefinedRegularizerError
 from .linear import grad_theta_r_ill, grad_theta_r_well, hessian, preconditioned_step
-from .regularizers import condition_number, grad_r_ill, grad_r_well, r_ill, r_well
+from .kappa import condition_number
+from .regularizers import grad_r_ill, grad_r_well, r_ill, r_well
 from .rir import RIRResult, rir
 from .spectral import Extremes, psd_extremes, svd_extremes
 

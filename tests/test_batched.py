@@ -96,8 +96,9 @@ def test_runs_are_independent(both_engines):
 
 def test_dense_shifted_kappa_is_unstable_under_rounding():
     """The official kappa on a D x D S = Phi^T Phi of rank N < D: a relative perturbation of 1e-15 of Phi moves the
-    dense rule's kappa (s_min = whichever null eigenvalue of S + shift I rounds above the shift) by far more than
-    1e-10, while the features route's kappa (s_min := shift) moves by ~1e-15."""
+    dense rule's kappa (s_min = whichever null eigenvalue of S + shift I rounds above the shift) by more than 1e-9
+    every time (measured 3e-8 to 9e-7 over the five draws), while the features route's kappa (s_min := shift) moves
+    by rounding only."""
     gen = torch.Generator().manual_seed(0)
     Phi = torch.randn(64, 300, generator=gen, dtype=torch.float64) * 30
     moved_dense, moved_gram = [], []
@@ -107,7 +108,7 @@ def test_dense_shifted_kappa_is_unstable_under_rounding():
         moved_dense.append(float(abs(dense(Q) / dense(Phi) - 1)))
         moved_gram.append(float(abs(torch_kappa(FeatureGram(Q), "shifted") / torch_kappa(FeatureGram(Phi),
                                                                                          "shifted") - 1)))
-    assert max(moved_dense) > 1e-6
+    assert min(moved_dense) > 1e-9
     assert max(moved_gram) < 1e-12
 
 

@@ -89,8 +89,10 @@ def _check_against_single(method: str, runs: int, device: str) -> None:
         one_batch = next(one_proto.batches(torch.Generator().manual_seed(r + 1)))
         one, _ = step_gradients(one_proto, q, one_batch.for_step(), cfg)
         for a, b in zip(p.all(), q.all()):
-            x, y = many[id(a)][r], one[id(b)]
-            assert float((x - y).abs().max() / y.abs().max()) <= 1e-10, (method, r)
+            assert (id(a) in many) == (id(b) in one), (method, r)  # R_ill Only leaves the head without gradient
+            if id(b) in one:
+                x, y = many[id(a)][r], one[id(b)]
+                assert float((x - y).abs().max() / y.abs().max()) <= 1e-10, (method, r)
 
 
 @pytest.mark.parametrize("method", METHODS)

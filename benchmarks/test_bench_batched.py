@@ -26,6 +26,8 @@ from kappalab.immunization import LinearTask, load_config  # noqa: E402
 from kappalab.immunization.batched import stacked_batches, stacked_params, stacked_protocol  # noqa: E402
 from kappalab.immunization.methods import step_gradients  # noqa: E402
 from kappalab.immunization.protocols import make_protocol  # noqa: E402
+from spectral_methods import sync  # noqa: E402  (benchmarks/ is on sys.path for its test modules)
+from sweep_table2 import gemm_rate  # noqa: E402
 
 D, N_TASK, BATCH = 784, 128, 64
 METHODS = ("ours", "rill_only", "opt_kappa", "imma")
@@ -45,25 +47,6 @@ def _task(seed: int) -> LinearTask:
     X_H = torch.randn(N_TASK, D, generator=gen, dtype=torch.float64).numpy()
     return LinearTask(X_P=X_P, y_P=X_P[:, 0] * 0.0, X_H=X_H, y_H=X_H[:, 0] * 0.0 + 1.0, loss="bce", name="bench",
                       data_label="random")
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def gemm_gflops(device: str) -> float:
-    """The machine's float64 GEMM rate (square, best of 5), GFLOP/s."""
-    n = 8192 if device.startswith("cuda") else 1024
-    A = torch.randn(n, n, dtype=torch.float64, device=device)
-    best = float("inf")
-    for _ in range(5):
-        _sync(device)
-        t = time.perf_counter()
-        A @ A
-        _sync(device)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n ** 3 / best / 1e9
 
 
 def _setup(method: str, runs: int, device: str):
@@ -109,10 +92,10 @@ def test_official_step(benchmark, method: str, runs: int, device: str, threads: 
         for param in p.all():
             param.grad = grads.get(id(param))
         opt.step()
-        _sync(device)
+        sync(device)
 
     step()  # warm-up (allocations, the batch's cached factorizations are per step view)
-    rate = gemm_gflops(device)
+    rate = gemm_rate(device)
     benchmark.pedantic(step, rounds=5, iterations=1, warmup_rounds=1)
     gflop = runs * PRODUCTS[method] * 2.0 * BATCH * D * D / 1e9
     achieved = gflop / benchmark.stats.stats.min

@@ -224,7 +224,7 @@ def shifted_eigenvalues(S: Array, shift: float = DEFAULT_SHIFT) -> Array:
     """Eigenvalues of ``S + shift I``, ascending (``eigvalsh``; torch: differentiable)."""
     positive_scalar(shift, "shift")
     require_values(S, "S")
-    return namespace(S).linalg.eigvalsh(S + shift * eye_like(S, S.shape[0]))
+    return namespace(S).linalg.eigvalsh(S + shift * eye_like(S, S.shape[-1]))
 
 
 def kept_shifted(lam_shifted: Array, shift: float) -> Array:

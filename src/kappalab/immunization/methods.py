@@ -123,7 +123,9 @@ def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig) 
 
     ``batch`` must be a fresh step view (:meth:`Batch.for_step`). Route "features": a term that updates the
     extractor is differentiated with respect to the step's feature leaves instead of theta and the bias, and
-    :func:`_extractor_grads` maps the result back (see :mod:`kappalab.immunization.protocols`)."""
+    :func:`_extractor_grads` maps the result back (see :mod:`kappalab.immunization.protocols`). With stacked runs
+    (:mod:`kappalab.immunization.batched`) a term's value holds one scalar per run; the gradient of their sum is
+    each run's own gradient (the runs share no parameter)."""
     terms = TERMS[cfg.method](proto, p, batch, cfg)
     total: dict[int, torch.Tensor] = {}
     feature_grads: dict[str, list[torch.Tensor]] = {"theta_P": [], "theta_H": [], "bias": []}
@@ -135,7 +137,7 @@ def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig) 
         if through_features:
             params = [t for t in params if not any(t is e for e in p.extractor())]
         names = list(leaves) if through_features else []
-        grads = torch.autograd.grad(term.value, params + [leaves[w] for w in names], retain_graph=True,
+        grads = torch.autograd.grad(term.value.sum(), params + [leaves[w] for w in names], retain_graph=True,
                                     allow_unused=True)
         for param, g in zip(params, grads):
             if g is None:
@@ -149,8 +151,9 @@ def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig) 
         for which, M in zip(names, grads[len(params):]):
             if M is None:
                 continue
+            M = M.contiguous()  # one layout, so that a run and a stack of runs reduce and multiply M alike
             if p.bias is not None:
-                feature_grads["bias"].append(M.sum(dim=0))
+                feature_grads["bias"].append(M.sum(dim=-2))
             if term.precondition is not None:
                 if which != term.precondition:
                     raise ValueError(f"term {term.name!r} is preconditioned with K_{term.precondition} but depends "
@@ -164,33 +167,51 @@ def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig) 
 
 def _extractor_grads(p: Params, batch: Batch, feature_grads: dict[str, list[torch.Tensor]]
                      ) -> dict[int, torch.Tensor]:
-    """Route "features": theta's gradient ``X_P^T sum(M_P) + X_H^T sum(M_H)`` (one ``D x N x D`` product per
-    task) and the bias's ``sum`` of the unpreconditioned column sums."""
+    """Route "features": theta's gradient ``X_P^T sum(M_P) + X_H^T sum(M_H)`` as one product
+    ``[X_P; X_H]^T [M_P; M_H]`` (inner dimension 2N: one output pass instead of two, measured ~1.5x faster than
+    two N-deep products on a 784 x 784 theta), and the bias's ``sum`` of the unpreconditioned column sums."""
     out: dict[int, torch.Tensor] = {}
-    g = None
-    for which in ("P", "H"):
-        Ms = feature_grads["theta_" + which]
-        if Ms:
-            X, M = batch.X(which), sum(Ms[1:], Ms[0])
-            g = X.T @ M if g is None else torch.addmm(g, X.T, M)
-    if g is not None:
-        out[id(p.theta)] = g
+    tasks = [w for w in ("P", "H") if feature_grads["theta_" + w]]
+    if tasks:
+        Ms = [sum(feature_grads["theta_" + w][1:], feature_grads["theta_" + w][0]) for w in tasks]
+        if len(tasks) == 1:
+            X, M = batch.X(tasks[0]), Ms[0]
+        else:
+            if "X_PH" not in batch.cache:
+                batch.cache["X_PH"] = torch.cat([batch.X_P, batch.X_H], dim=-2)
+            X, M = batch.cache["X_PH"], torch.cat(Ms, dim=-2)
+        out[id(p.theta)] = X.mT @ M
     if feature_grads["bias"] and p.bias is not None:
         out[id(p.bias)] = sum(feature_grads["bias"][1:], feature_grads["bias"][0])
     return out
 
 
-def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu",
-             progress: bool = False) -> ImmunizationRun:
-    """Run one method (``cfg.method``) under one protocol (``cfg.protocol``) and return the immunized extractor."""
-    if not isinstance(task, LinearTask):
-        raise ValueError(f"task must be a LinearTask, got {type(task).__name__}")
-    if not isinstance(cfg, MethodConfig):
-        raise ValueError(f"cfg must be a MethodConfig, got {type(cfg).__name__}")
-    if cfg.method == "imma" and task.y_H is None:
-        raise ValueError("task.y_H is None: IMMA needs the harmful task's labels")
-    proto = make_protocol(task, cfg, device)
-    p = proto.init_params(seed, with_w_H=cfg.method == "imma")
+@dataclass
+class Training:
+    """What :func:`train` returns: the whole-task kappas at the monitored epochs, each term's last value per epoch
+    (tensors: one scalar, or one per stacked run), steps, steps with a degenerate-spectrum warning, wall time."""
+
+    kappas: list[tuple[torch.Tensor, torch.Tensor]]
+    monitored: list[int]
+    term_log: dict[str, list[torch.Tensor]]
+    n_steps: int
+    degenerate: int
+    wall_time_s: float
+
+    def history(self, run: int | None = None) -> dict[str, list[float]]:
+        """:attr:`ImmunizationRun.history` (of stacked run ``run`` when given)."""
+        pick = (lambda t: float(t)) if run is None else (lambda t: float(t[run]))
+        out = {"kappa_P": [pick(a) for a, _ in self.kappas], "kappa_H": [pick(b) for _, b in self.kappas],
+               "kappa_epoch": [float(e) for e in self.monitored]}
+        out.update({name: [pick(v) for v in values] for name, values in self.term_log.items()})
+        return out
+
+
+def train(proto: Protocol, p: Params, cfg: MethodConfig, epoch_batches: Callable[[], Any], desc: str,
+          progress: bool = False) -> Training:
+    """The training loop shared by :func:`immunize` and :func:`kappalab.immunization.batched.immunize_batch`:
+    Adam (``adam_betas``, ``adam_eps``, ``adam_fused``) over ``p``, ``cfg.epochs`` passes over
+    ``epoch_batches()``, the whole-task kappa every ``monitor_every``-th epoch and at the last."""
     betas = tuple(cfg.get("adam_betas", (0.9, 0.999)))
     fused = cfg.get("adam_fused", False)
     if not isinstance(fused, bool):
@@ -200,15 +221,13 @@ def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu"
         raise ValueError(f"cfg.extra['monitor_every'] must be a positive int, got {monitor_every!r}")
     opt = torch.optim.Adam(p.all(), lr=cfg.eta, betas=betas, eps=float(cfg.get("adam_eps", 1e-8)),
                            **({"fused": True} if fused else {}))
-    gen = torch.Generator().manual_seed(int(seed) + 1)
     kappas: list[tuple[torch.Tensor, torch.Tensor]] = []
     monitored: list[int] = []
     term_log: dict[str, list[torch.Tensor]] = {}
     n_steps = degenerate = 0
     start = time.perf_counter()
-    for epoch in tqdm(range(1, cfg.epochs + 1), desc=f"{cfg.protocol}/{cfg.method}/seed{seed}",
-                      disable=not progress, leave=False):
-        for batch in proto.batches(gen):
+    for epoch in tqdm(range(1, cfg.epochs + 1), desc=desc, disable=not progress, leave=False):
+        for batch in epoch_batches():
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", DegenerateSpectrumWarning)
                 grads, terms = step_gradients(proto, p, batch.for_step(), cfg)
@@ -222,11 +241,23 @@ def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu"
         if epoch % monitor_every == 0 or epoch == cfg.epochs:
             kappas.append(proto.monitor(p))
             monitored.append(epoch)
-    wall = time.perf_counter() - start
-    history = {"kappa_P": [float(a) for a, _ in kappas], "kappa_H": [float(b) for _, b in kappas],
-               "kappa_epoch": [float(e) for e in monitored]}
-    history.update({name: [float(v) for v in values] for name, values in term_log.items()})
+    return Training(kappas, monitored, term_log, n_steps, degenerate, time.perf_counter() - start)
+
+
+def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu",
+             progress: bool = False) -> ImmunizationRun:
+    """Run one method (``cfg.method``) under one protocol (``cfg.protocol``) and return the immunized extractor."""
+    if not isinstance(task, LinearTask):
+        raise ValueError(f"task must be a LinearTask, got {type(task).__name__}")
+    if not isinstance(cfg, MethodConfig):
+        raise ValueError(f"cfg must be a MethodConfig, got {type(cfg).__name__}")
+    if cfg.method == "imma" and task.y_H is None:
+        raise ValueError("task.y_H is None: IMMA needs the harmful task's labels")
+    proto = make_protocol(task, cfg, device)
+    p = proto.init_params(seed, with_w_H=cfg.method == "imma")
+    gen = torch.Generator().manual_seed(int(seed) + 1)
+    t = train(proto, p, cfg, lambda: proto.batches(gen), f"{cfg.protocol}/{cfg.method}/seed{seed}", progress)
     to_np = lambda t: None if t is None else t.detach().cpu().numpy().astype(np.float64)
-    return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=history,
-                           wall_time_s=wall, n_steps=n_steps, degenerate_count=degenerate, method=cfg.method,
-                           protocol=cfg.protocol, seed=int(seed), device=str(device))
+    return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=t.history(),
+                           wall_time_s=t.wall_time_s, n_steps=t.n_steps, degenerate_count=t.degenerate,
+                           method=cfg.method, protocol=cfg.protocol, seed=int(seed), device=str(device))

@@ -141,7 +141,7 @@ class Protocol:
         """True when theta's gradient is assembled from the features' on this batch: route "features" and both
         tasks' batches have fewer rows than columns (otherwise the route computes what "gram", hence "dense",
         does)."""
-        return self.route == "features" and max(batch.X_P.shape[0], batch.X_H.shape[0]) < self.D
+        return self.route == "features" and max(batch.X_P.shape[-2], batch.X_H.shape[-2]) < self.D
 
     # -- initialization ----------------------------------------------------------------------------------------
     def init_params(self, seed: int, with_w_H: bool) -> Params:
@@ -170,19 +170,23 @@ class Protocol:
     # -- data ----------------------------------------------------------------------------------------------------
     def batches(self, gen: torch.Generator) -> Iterator[Batch]:
         """The epoch's batches (full batch when ``cfg.batch_size`` is None)."""
-        bs = self.cfg.batch_size
-        if bs is None:
+        if self.cfg.batch_size is None:
             yield self._full
             return
-        n_P, n_H = self.X_P.shape[0], self.X_H.shape[0]
+        for iP, iH in self.epoch_order(gen):
+            yield self._batch(self.X_P[iP], self.y_P[iP], self.X_H[iH], None if self.y_H is None else self.y_H[iH])
+
+    def epoch_order(self, gen: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch's minibatches as row indices ``(iP, iH)`` into the P and H rows (``cfg.batch_size`` rows each,
+        drop_last, P and H batches paired in order; shuffled by ``gen`` unless ``shuffle`` is false)."""
+        bs = self.cfg.batch_size
+        n_P, n_H = self.X_P.shape[-2], self.X_H.shape[-2]
         if bs > min(n_P, n_H):
             raise ValueError(f"batch_size {bs} exceeds the smaller split ({min(n_P, n_H)} rows) with drop_last")
         shuffle = bool(self.cfg.get("shuffle", True))
         order = lambda n: (torch.randperm(n, generator=gen) if shuffle else torch.arange(n)).to(self.device)
         perm_P, perm_H = order(n_P), order(n_H)
-        for i in range(min(n_P // bs, n_H // bs)):
-            iP, iH = perm_P[i * bs:(i + 1) * bs], perm_H[i * bs:(i + 1) * bs]
-            yield self._batch(self.X_P[iP], self.y_P[iP], self.X_H[iH], None if self.y_H is None else self.y_H[iH])
+        return [(perm_P[i * bs:(i + 1) * bs], perm_H[i * bs:(i + 1) * bs]) for i in range(min(n_P // bs, n_H // bs))]
 
     @property
     def _full(self) -> Batch:
@@ -201,7 +205,7 @@ class Protocol:
         theta = p.theta if theta is None else theta
         bias = p.bias if bias is None else bias
         Phi = X @ theta
-        return Phi + bias if bias is not None else Phi
+        return Phi + bias.unsqueeze(-2) if bias is not None else Phi
 
     def batch_features(self, p: Params, batch: Batch, which: str) -> torch.Tensor:
         """The features of task ``which`` of this step's batch at the current parameters, computed once per step
@@ -222,7 +226,8 @@ class Protocol:
             C_PH, C_HH = self._inner_kernel(batch, "P"), self._inner_kernel(batch, "H")
             for _ in range(steps):
                 inner = self.supervised_loss(Phi_H, p.w_H, batch.y_H)
-                (M,) = torch.autograd.grad(inner, [Phi_H], create_graph=True)
+                (M,) = torch.autograd.grad(inner.sum(), [Phi_H], create_graph=True)  # sum over stacked runs
+                M = M.contiguous()  # one layout: the same GEMMs (and backward GEMMs) for a run and a stack
                 Phi_P, Phi_H = Phi_P - lr * (C_PH @ M), Phi_H - lr * (C_HH @ M)
             return Phi_P, Phi_H
         theta, bias = p.theta, p.bias
@@ -238,18 +243,20 @@ class Protocol:
         features of task ``which``; cached per batch."""
         key = "inner_kernel_" + which
         if key not in batch.cache:
-            C = batch.X(which) @ batch.X_H.T
+            C = batch.X(which) @ batch.X_H.mT
             batch.cache[key] = C + 1.0 if self.has_bias else C
         return batch.cache[key]
 
     def supervised_loss(self, Phi: torch.Tensor, w: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
-        """MSE ``mean((Phi w - y)^2)`` or BCE with logits ``Phi w`` (labels in {0, 1})."""
+        """MSE ``mean((Phi w - y)^2)`` or BCE with logits ``Phi w`` (labels in {0, 1}); with a leading run
+        dimension (:mod:`kappalab.immunization.batched`), one loss per run. ``w^T Phi^T`` as a row-times-matrix
+        product: bitwise equal to ``Phi @ w`` (measured) and to its stacked form, forward and backward."""
         if y is None:
             raise ValueError("task.y_H is None but this method needs the harmful task's labels")
-        pred = Phi @ w
+        pred = (w.unsqueeze(-2) @ Phi.mT).squeeze(-2)
         if self.task.loss == "mse":
-            return torch.mean((pred - y) ** 2)
-        return torch.nn.functional.binary_cross_entropy_with_logits(pred, y)
+            return torch.mean((pred - y) ** 2, dim=-1)
+        return torch.nn.functional.binary_cross_entropy_with_logits(pred, y, reduction="none").mean(dim=-1)
 
     def gram(self, p: Params, batch: Batch, which: str) -> torch.Tensor:
         """The linear-probing Hessian of task ``which`` ("P" or "H") of the batch at the current parameters."""
@@ -330,10 +337,10 @@ class OfficialProtocol(Protocol):
     def gram(self, p, batch, which):
         """``S = Phi^T Phi`` (dense route, or N >= D), or its :class:`FeatureGram` (gram/features routes, N < D)."""
         Phi = self.batch_features(p, batch, which)
-        if self.route != "dense" and Phi.shape[0] < Phi.shape[1]:
+        if self.route != "dense" and Phi.shape[-2] < Phi.shape[-1]:
             return FeatureGram(Phi)
-        S = Phi.T @ Phi
-        return 0.5 * (S + S.T)
+        S = Phi.mT @ Phi
+        return 0.5 * (S + S.mT)
 
     def reg_well(self, S):
         return official_r1(S, self.shift)
@@ -343,18 +350,19 @@ class OfficialProtocol(Protocol):
 
 
 def _woodbury_factor(X: torch.Tensor, ridge: float, cache: dict | None, key: str) -> torch.Tensor:
-    """Cholesky factor of ``X X^T + ridge I`` (``N x N``), cached in ``cache`` under ``key`` when given."""
+    """Cholesky factor of ``X X^T + ridge I`` (``N x N``; a stack of them for a stacked ``X``), cached in ``cache``
+    under ``key`` when given."""
     if not ridge > 0:
         raise ValueError(f"ridge must be > 0 for the Woodbury identity, got {ridge!r}")
     name = f"woodbury_{key}_{ridge!r}"
     L = None if cache is None else cache.get(name)
     if L is None:
-        A = X @ X.T
-        A = 0.5 * (A + A.T) + ridge * torch.eye(X.shape[0], dtype=X.dtype, device=X.device)
+        A = X @ X.mT
+        A = 0.5 * (A + A.mT) + ridge * torch.eye(X.shape[-2], dtype=X.dtype, device=X.device)
         L, info = torch.linalg.cholesky_ex(A)
-        if int(info) != 0:
+        if bool((info != 0).any()):
             raise ValueError(f"X X^T + ridge*I (ridge = {ridge}) is not positive definite (Cholesky failed at "
-                             f"pivot {int(info)})")
+                             f"pivot {int(info.max())})")
         if cache is not None:
             cache[name] = L
     return L
@@ -394,10 +402,16 @@ def woodbury_features(M: torch.Tensor, X: torch.Tensor, ridge: float, side: str,
     L = _woodbury_factor(X, ridge, cache, key)
     if side == "output":
         # (M X^T) A^{-1} = (A^{-1} X M^T)^T since A is symmetric
-        return torch.addmm(M, torch.cholesky_solve(X @ M.T, L).T, X, beta=1.0 / ridge, alpha=-1.0 / ridge)
+        return addmm(M, torch.cholesky_solve(X @ M.mT, L).mT, X, beta=1.0 / ridge, alpha=-1.0 / ridge)
     if side == "input":
         return torch.cholesky_solve(M, L)
     raise ValueError(f"side must be 'input' or 'output', got {side!r}")
+
+
+def addmm(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> torch.Tensor:
+    """``beta C + alpha A B`` in one GEMM: ``torch.addmm``, or ``torch.baddbmm`` for stacked runs (bitwise equal per
+    run on the CPU, measured)."""
+    return (torch.addmm if A.ndim == 2 else torch.baddbmm)(C, A, B, beta=beta, alpha=alpha)
 
 
 PROTOCOL_CLASSES: dict[str, type[Protocol]] = {"paper": PaperProtocol, "official": OfficialProtocol}

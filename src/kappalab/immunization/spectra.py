@@ -56,28 +56,29 @@ def torch_extremes(S, definition: KappaDefinition, *, rtol: float | None = None,
 
     ``"pinv"``: eigenvalues of S, kept by the rank rule at ``rtol``; ``"shifted"``: eigenvalues of
     ``S + shift I``, kept above ``shift`` (:mod:`kappalab.kappa`). ``rank`` overrides the ``k`` the formulas use
-    (the official code: ``k = D``). The kept set is found on the device (no host sync).
+    (the official code: ``k = D``). The kept set is found on the device (no host sync). A stack of matrices
+    (leading run dimension) gives one value per matrix in each field.
     """
     import torch
 
-    D = S.shape[0]
+    D = S.shape[-1]
     if definition == "shifted":
         lam = shifted_eigenvalues(S, shift)
         threshold = torch.full((), shift, dtype=S.dtype, device=S.device)
         keep = kept_shifted(lam.detach(), shift)
     elif definition == "pinv":
         lam = eigenvalues(S)
-        threshold = rank_threshold(lam[-1].detach(), resolve_rtol(rtol, S))
-        keep = is_nonzero(lam.detach(), threshold)
+        threshold = rank_threshold(lam[..., -1].detach(), resolve_rtol(rtol, S, dim=D))
+        keep = is_nonzero(lam.detach(), threshold.unsqueeze(-1))
     else:
         raise ValueError(f"definition must be 'pinv' or 'shifted', got {definition!r}")
-    k = keep.sum()
-    first = torch.argmax(keep.to(torch.int8))  # ascending order: first kept = smallest kept
-    s_min = lam[first]
-    s_km1 = lam[torch.clamp(first + 1, max=D - 1)]
+    k = keep.sum(dim=-1)
+    first = torch.argmax(keep.to(torch.int8), dim=-1, keepdim=True)  # ascending order: first kept = smallest kept
+    s_min = lam.gather(-1, first).squeeze(-1)
+    s_km1 = lam.gather(-1, torch.clamp(first + 1, max=D - 1)).squeeze(-1)
     k_used = k if rank is None else torch.full((), rank, dtype=torch.int64, device=S.device)
-    return Extremes(s_max=lam[-1], u_max=None, v_max=None, s_2=lam[-2], s_min=s_min, u_min=None, v_min=None,
-                    s_km1=s_km1, rank=k_used, fro2=(S * S).sum(), p=D, threshold=threshold)
+    return Extremes(s_max=lam[..., -1], u_max=None, v_max=None, s_2=lam[..., -2], s_min=s_min, u_min=None,
+                    v_min=None, s_km1=s_km1, rank=k_used, fro2=(S * S).sum(dim=(-2, -1)), p=D, threshold=threshold)
 
 
 def torch_kappa(S, definition: KappaDefinition, *, rtol: float | None = None, shift: float = DEFAULT_SHIFT):
@@ -105,7 +106,7 @@ def official_r2(S, shift: float = DEFAULT_SHIFT):
     """The official code's ill-conditioning term ``1 / (||S||_F^2/(2D) - s_min^2/2)``: core R_ill denominator
     with ``k = D`` (the dimension) instead of Eq. 12's ``k = rank(S)``. ``S`` may be a :class:`FeatureGram`
     (gram route: ``s_min := shift``, see :func:`gram_extremes_shifted`)."""
-    e = _shifted_extremes(S, shift, rank=S.shape[0])
+    e = _shifted_extremes(S, shift, rank=S.shape[-1])
     return 1.0 / ill_denominator(e, check=False)
 
 
@@ -125,17 +126,17 @@ class FeatureGram:
     2 sqrt(s) u v^T = 2 Phi v v^T``, the dense route's gradient."""
 
     def __init__(self, Phi) -> None:
-        if not Phi.shape[0] < Phi.shape[1]:
+        if not Phi.shape[-2] < Phi.shape[-1]:
             raise ValueError(f"Phi must have fewer rows than columns (N < D) for the gram route, got "
                              f"{tuple(Phi.shape)}")
         self.Phi = Phi
-        G = Phi @ Phi.T
-        self.G = 0.5 * (G + G.T)
+        G = Phi @ Phi.mT.contiguous()  # a contiguous right factor: the same backward GEMMs for one run and a stack
+        self.G = 0.5 * (G + G.mT)
 
     @property
     def dim(self) -> int:
         """D, the size of S."""
-        return int(self.Phi.shape[1])
+        return int(self.Phi.shape[-1])
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -167,10 +168,11 @@ def gram_extremes_shifted(F: FeatureGram, shift: float = DEFAULT_SHIFT, rank: in
     lam = torch.linalg.eigvalsh(F.G)
     D = F.dim
     const = lambda x: torch.full((), x, dtype=lam.dtype, device=lam.device)
-    s_2 = lam[-2] + shift if lam.shape[0] > 1 else const(shift)
+    s_2 = lam[..., -2] + shift if lam.shape[-1] > 1 else const(shift)
     k = torch.full((), D if rank is None else rank, dtype=torch.int64, device=lam.device)
-    return Extremes(s_max=lam[-1] + shift, u_max=None, v_max=None, s_2=s_2, s_min=const(shift), u_min=None,
-                    v_min=None, s_km1=const(shift), rank=k, fro2=(F.G * F.G).sum(), p=D, threshold=const(shift))
+    return Extremes(s_max=lam[..., -1] + shift, u_max=None, v_max=None, s_2=s_2, s_min=const(shift), u_min=None,
+                    v_min=None, s_km1=const(shift), rank=k, fro2=(F.G * F.G).sum(dim=(-2, -1)), p=D,
+                    threshold=const(shift))
 
 
 def _shifted_extremes(S, shift: float, rank: int | None = None) -> Extremes:

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# One command for a machine with CUDA: parity tests, the batched-step benchmarks and a Table 2 official-protocol
+# sweep with the batched engine, reported in docs/gpu.md.
+#
+#   scripts/gpu_check.sh [--device cuda|cpu] [--data subset|mnist] [--data-dir DIR] [--runs N] [--epochs E]
+#                        [--batch-size R] [--out FILE]
+#
+#   1. parity: tests/test_cuda_parity.py (every core public function, NumPy vs torch on the device, float64, 1e-12),
+#      tests/test_core_parity.py with KAPPALAB_TEST_DEVICE set to the device, tests/test_batched.py (batched vs
+#      single engine, CPU);
+#   2. benchmarks: benchmarks/test_bench_batched.py --benchmark-only --device DEVICE (one official step, single vs
+#      batched, achieved GFLOP/s vs the device's float64 GEMM rate in the same run);
+#   3. sweep: benchmarks/sweep_table2.py (Table 2 official protocol, 1080 runs by default, Eq. 15 per run; the first
+#      8 runs also through the single engine: agreement and per-run time), against its products' time.
+#
+# Defaults: --device cuda, --data subset (the embedded 500-per-digit MNIST subset), all 1080 runs, batches of 256
+# runs on CUDA (64 on the CPU). Python: ${PYTHON:-.venv/bin/python}. Without CUDA, --device cuda stops at once with
+# one line; --device cpu runs the same steps on the CPU (use --runs / --epochs to keep it short). Exit status: 0 when
+# every step passed, 1 when a test failed, 2 for bad usage or a missing torch/CUDA.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+DEVICE=cuda DATA=subset DATA_DIR="" RUNS="" EPOCHS="" BATCH="" OUT=docs/gpu.md
+
+usage() { echo "gpu_check: $1 (usage: scripts/gpu_check.sh [--device cuda|cpu] [--data subset|mnist]" \
+               "[--data-dir DIR] [--runs N] [--epochs E] [--batch-size R] [--out FILE])" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --device|--data|--data-dir|--runs|--epochs|--batch-size|--out) [ $# -ge 2 ] || usage "$1 needs a value" ;;&
+        --device) DEVICE=$2; shift 2 ;;
+        --data) DATA=$2; shift 2 ;;
+        --data-dir) DATA_DIR=$2; shift 2 ;;
+        --runs) RUNS=$2; shift 2 ;;
+        --epochs) EPOCHS=$2; shift 2 ;;
+        --batch-size) BATCH=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
+        *) usage "unknown argument $1" ;;
+    esac
+done
+case "$DEVICE" in cpu|cuda|cuda:[0-9]*) ;; *) usage "--device must be cpu or cuda[:N], got '$DEVICE'" ;; esac
+case "$DATA" in subset|mnist) ;; *) usage "--data must be subset or mnist, got '$DATA'" ;; esac
+for v in "$RUNS" "$EPOCHS" "$BATCH"; do
+    [ -z "$v" ] || [[ "$v" =~ ^[1-9][0-9]*$ ]] || usage "--runs, --epochs and --batch-size take a positive integer, got '$v'"
+done
+[ -x "$PY" ] || command -v "$PY" >/dev/null 2>&1 || usage "no Python at '$PY' (set PYTHON=...)"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+"$PY" -c "import torch" 2>/dev/null || { echo "gpu_check: torch is not importable by $PY" >&2; exit 2; }
+if [ "$DEVICE" != cpu ]; then
+    "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
+        echo "gpu_check: torch.cuda.is_available() is False on this machine (no CUDA device or a CPU-only torch);" \
+             "nothing was run (use --device cpu for the CPU path)" >&2; exit 2; }
+fi
+[ -n "$BATCH" ] || { [ "$DEVICE" = cpu ] && BATCH=64 || BATCH=256; }
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+status=0
+start=$(date +%s)
+
+echo "== 1/3 parity tests ($DEVICE)"
+KAPPALAB_TEST_DEVICE=$DEVICE "$PY" -m pytest tests/test_cuda_parity.py tests/test_core_parity.py tests/test_batched.py \
+    -q -rs -p no:cacheprovider >"$WORK/parity.txt" 2>&1 || status=1
+tail -n 25 "$WORK/parity.txt"
+
+echo "== 2/3 batched-step benchmarks ($DEVICE)"
+"$PY" -m pytest benchmarks/test_bench_batched.py --benchmark-only --device "$DEVICE" -q -p no:cacheprovider \
+    --benchmark-json "$WORK/bench.json" --benchmark-columns=min,mean,rounds >"$WORK/bench.txt" 2>&1 || status=1
+tail -n 30 "$WORK/bench.txt"
+
+echo "== 3/3 Table 2 sweep, official protocol, batched engine ($DEVICE, data $DATA)"
+sweep=(benchmarks/sweep_table2.py --device "$DEVICE" --data "$DATA" --batch-size "$BATCH" --finish rir
+       --check-single 8 --json "$WORK/sweep.json")
+[ -z "$DATA_DIR" ] || sweep+=(--data-dir "$DATA_DIR")
+[ -z "$RUNS" ] || sweep+=(--runs "$RUNS")
+[ -z "$EPOCHS" ] || sweep+=(--epochs "$EPOCHS")
+"$PY" "${sweep[@]}" >"$WORK/sweep.txt" 2>&1 || status=1
+tail -n 12 "$WORK/sweep.txt"
+
+elapsed=$(( $(date +%s) - start ))
+"$PY" - "$WORK" "$OUT" "$DEVICE" "$DATA" "$status" "$elapsed" <<'EOF'
+import json, pathlib, platform, subprocess, sys
+
+work, out, device, data, status, elapsed = sys.argv[1:]
+work = pathlib.Path(work)
+import torch
+
+def read(name):
+    path = work / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+def tail(name, n):
+    path = work / name
+    return "\n".join(path.read_text().splitlines()[-n:]) if path.exists() else "(no output)"
+
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+gpu = torch.cuda.get_device_name() if device != "cpu" else platform.processor() or platform.machine()
+lines = [f"# GPU check ({device})", "",
+         f"`scripts/gpu_check.sh --device {device} --data {data}` on {gpu}, torch {torch.__version__}, commit "
+         f"{commit}; {elapsed} s in all; overall status {'passed' if status == '0' else 'FAILED'}. Float64 "
+         "throughout, TF32 off, timers synchronized.", "", "## 1. Parity tests", "", "```",
+         tail("parity.txt", 8), "```", "", "## 2. One official-protocol step (D = 784, 64-row batches)", ""]
+bench = read("bench.json")
+if bench:
+    lines += ["| method | runs R | step (ms) | per run (ms) | GFLOP/s on the GEMMs | GEMM rate (GFLOP/s) | "
+              "fraction |", "|---|---|---|---|---|---|---|"]
+    for b in sorted(bench["benchmarks"], key=lambda b: (b["group"], b["extra_info"].get("runs", 0))):
+        e = b["extra_info"]
+        lines.append(f"| {b['group'].removeprefix('batched_')} | {e['runs']} | {1e3 * b['stats']['min']:.2f} | "
+                     f"{1e3 * e['per_run_s']:.3f} | {e['gflops']:.0f} | {e['gemm_gflops']:.0f} | "
+                     f"{e['fraction_of_gemm']:.2f} |")
+else:
+    lines += ["(no benchmark results)", "", "```", tail("bench.txt", 20), "```"]
+lines += ["", "## 3. Table 2 sweep (official protocol, batched engine)", ""]
+sweep = read("sweep.json")
+if sweep:
+    lines += [f"{sweep['runs']} runs ({sweep['epochs']} epochs, data {sweep['data']}, batches of <= "
+              f"{sweep['batch_size']} runs): training {sweep['train_s']:.1f} s, Eq. 15 per run {sweep['finish_s']:.1f} s, "
+              f"wall {sweep['wall_s']:.1f} s; the same steps' unavoidable float64 products alone "
+              f"{sweep['products_s']:.1f} s ({sweep['products_gflops']:.0f} GFLOP/s; square GEMM "
+              f"{sweep['gemm_gflops']:.0f} GFLOP/s): training / products = {sweep['train_over_products']:.2f}, "
+              f"(training + Eq. 15) / products = {sweep['total_over_products']:.2f}.", "",
+              f"Per run: batched {sweep['per_run_train_batched_s']:.3f} s training"
+              + (f", single engine {sweep['per_run_train_single_s']:.3f} s" if "per_run_train_single_s" in sweep
+                 else "") + ".", ""]
+    if sweep.get("table"):
+        lines += ["Medians over the runs (Eq. 15):", "", "| method | (i) | (ii) | RIR |", "|---|---|---|---|"]
+        lines += [f"| {m} | {r['term_i']:.4g} | {r['term_ii']:.4g} | {r['rir']:.4g} |" for m, r in sweep["table"].items()]
+        lines.append("")
+    if sweep.get("check_single"):
+        lines += ["Batched vs single engine on the device (relative max difference):", "",
+                  "| run | theta_I | Eq. 15 (i), (ii), RIR |", "|---|---|---|"]
+        lines += [f"| {r['job']} | {r['theta_rel']:.1e} | {r['rir_rel']:.1e} |" for r in sweep["check_single"]]
+else:
+    lines += ["(no sweep results)", "", "```", tail("sweep.txt", 20), "```"]
+pathlib.Path(out).write_text("\n".join(lines) + "\n")
+print(f"gpu_check: wrote {out}")
+EOF
+echo "gpu_check: done in ${elapsed} s, status $status"
+exit $status

@@ -1,0 +1,147 @@
+"""The batched engine: R runs of the same shapes advance together as one tensor program.
+
+Every tensor of a step gains a leading run dimension: the features ``Phi`` are ``R x N x D`` (one batched matmul),
+the Gram matrices ``R x N x N`` (one batched ``eigvalsh`` and one batched Cholesky), the gradients ``R x D x D``
+(``baddbmm``), and Adam updates the stacked parameters in one (fused) call. The step itself is the single-run
+engine's, unchanged: :func:`kappalab.immunization.methods.step_gradients` with the protocols' batch-agnostic
+formulas (a term's value holds one scalar per run and autograd differentiates their sum, which gives each run its
+own gradient because the runs share no parameter), inside the shared loop :func:`~kappalab.immunization.methods.train`.
+
+Each run keeps its own seed: its parameters are drawn by the protocol's ``init_params(seed)`` and its minibatch
+order by its own generator (seed + 1), exactly as :func:`~kappalab.immunization.immunize` draws them, and it gets
+its own :class:`~kappalab.immunization.ImmunizationRun`. On the CPU the batched kernels compute each run's slice
+with the same operations as the single-run kernels (batched matmul, Cholesky, ``eigvalsh``, fused Adam: measured
+bitwise equal), so the two engines agree run by run to the last bit there (``tests/test_batched.py``); on CUDA the
+batched kernels may round differently.
+
+Scope: the official protocol on the ``features`` route (Table 2's configs), the four methods. A batch holds one
+config (one method) and tasks of equal shapes; :func:`group_batches` forms such batches from a list of jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+import torch
+
+from .config import MethodConfig
+from .methods import ImmunizationRun, train
+from .protocols import Batch, Params, Protocol, make_protocol
+from .task import LinearTask
+
+T = TypeVar("T")
+
+
+def _check(tasks: Sequence[LinearTask], cfg: MethodConfig, seeds: Sequence[int]) -> None:
+    if not isinstance(cfg, MethodConfig):
+        raise ValueError(f"cfg must be a MethodConfig, got {type(cfg).__name__}")
+    if not tasks or len(tasks) != len(seeds):
+        raise ValueError(f"tasks and seeds must be non-empty and of equal length, got {len(tasks)} and {len(seeds)}")
+    for i, task in enumerate(tasks):
+        if not isinstance(task, LinearTask):
+            raise ValueError(f"tasks[{i}] must be a LinearTask, got {type(task).__name__}")
+        if cfg.method == "imma" and task.y_H is None:
+            raise ValueError(f"tasks[{i}].y_H is None: IMMA needs the harmful task's labels")
+        shapes = lambda t: (t.X_P.shape, t.X_H.shape, t.loss, t.y_H is None)
+        if shapes(task) != shapes(tasks[0]):
+            raise ValueError(f"tasks[{i}] has shapes/loss {shapes(task)} but tasks[0] has {shapes(tasks[0])}: a "
+                             "batch needs runs of equal shapes (group them with group_batches)")
+    if cfg.protocol != "official" or cfg.get("spectral_route", "dense") != "features":
+        raise ValueError(f"the batched engine implements the official protocol on the 'features' spectral route, "
+                         f"got protocol {cfg.protocol!r}, route {cfg.get('spectral_route', 'dense')!r}; use "
+                         "--engine single")
+    if cfg.batch_size is None:
+        raise ValueError("the batched engine needs minibatches (cfg.batch_size), got None")
+
+
+def stacked_protocol(tasks: Sequence[LinearTask], cfg: MethodConfig, device: str) -> Protocol:
+    """The protocol of ``tasks[0]`` holding every task's data stacked along a leading run dimension."""
+    proto = make_protocol(tasks[0], cfg, device)
+    stack = lambda name: None if getattr(tasks[0], name) is None else torch.as_tensor(
+        np.stack([getattr(t, name) for t in tasks]), dtype=torch.float64, device=proto.device)
+    proto.X_P, proto.y_P, proto.X_H, proto.y_H = (stack(n) for n in ("X_P", "y_P", "X_H", "y_H"))
+    return proto
+
+
+def stacked_params(proto: Protocol, seeds: Sequence[int], with_w_H: bool) -> Params:
+    """Each run's :meth:`Protocol.init_params` (its own seed), stacked into leaf tensors ``R x ...``."""
+    runs = [proto.init_params(s, with_w_H) for s in seeds]
+    stack = lambda name: None if getattr(runs[0], name) is None else \
+        torch.stack([getattr(r, name).detach() for r in runs]).requires_grad_(True)
+    return Params(stack("theta"), stack("bias"), stack("w_P"), stack("w_H"))
+
+
+def stacked_batches(proto: Protocol, gens: Sequence[torch.Generator]) -> list[Batch]:
+    """One epoch's minibatches of every run: run r's order from :meth:`Protocol.epoch_order` with its own generator
+    ``gens[r]``, gathered into ``R x batch_size x D`` batches (one gather per tensor and step)."""
+    orders = [proto.epoch_order(g) for g in gens]
+    iP = torch.stack([torch.stack([i for i, _ in o]) for o in orders])  # R x steps x batch_size
+    iH = torch.stack([torch.stack([j for _, j in o]) for o in orders])
+    runs = torch.arange(len(gens), device=proto.device)[:, None]
+    take = lambda A, idx: None if A is None else A[runs, idx]
+    return [Batch(take(proto.X_P, iP[:, s]), take(proto.y_P, iP[:, s]), take(proto.X_H, iH[:, s]),
+                  take(proto.y_H, iH[:, s])) for s in range(iP.shape[1])]
+
+
+def immunize_batch(tasks: Sequence[LinearTask], cfg: MethodConfig, seeds: Sequence[int], device: str = "cpu",
+                   progress: bool = False) -> list[ImmunizationRun]:
+    """:func:`~kappalab.immunization.immunize` of ``(tasks[r], cfg, seeds[r])`` for every r, as one batched run.
+
+    Returns one :class:`ImmunizationRun` per run, in order; ``wall_time_s`` is the batch's training time divided by
+    the number of runs (a note says so)."""
+    _check(tasks, cfg, seeds)
+    proto = stacked_protocol(tasks, cfg, device)
+    p = stacked_params(proto, seeds, with_w_H=cfg.method == "imma")
+    gens = [torch.Generator().manual_seed(int(s) + 1) for s in seeds]
+    t = train(proto, p, cfg, lambda: stacked_batches(proto, gens), f"{cfg.protocol}/{cfg.method}/batch{len(seeds)}",
+              progress)
+    host = {name: None if x is None else x.detach().cpu().numpy().astype(np.float64)
+            for name, x in (("theta", p.theta), ("bias", p.bias), ("w_P", p.w_P))}
+    pick = lambda name, r: None if host[name] is None else host[name][r].copy()
+    return [ImmunizationRun(theta_I=pick("theta", r), bias=pick("bias", r), head=pick("w_P", r),
+                            history=t.history(r), wall_time_s=t.wall_time_s / len(seeds), n_steps=t.n_steps,
+                            degenerate_count=t.degenerate, method=cfg.method, protocol=cfg.protocol,
+                            seed=int(seeds[r]), device=str(device),
+                            notes=[f"batched engine: {len(seeds)} runs in one batch; wall_time_s = batch time / "
+                                   f"{len(seeds)}"])
+            for r in range(len(seeds))]
+
+
+def group_batches(items: Sequence[T], key: Callable[[T], Hashable], batch_size: int) -> list[list[int]]:
+    """Indices of ``items`` grouped by ``key`` (e.g. config and data shapes), in first-seen order, each group cut
+    into batches of at most ``batch_size``: the batches :func:`immunize_batch` can run."""
+    if not (isinstance(batch_size, int) and batch_size >= 1):
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    groups: dict[Hashable, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(key(item), []).append(i)
+    return [idx[k:k + batch_size] for idx in groups.values() for k in range(0, len(idx), batch_size)]
+
+
+def run_batch(jobs: Sequence[dict[str, Any]], device: str = "cpu", batch_size: int = 16, *,
+              task_of: Callable[[dict[str, Any]], LinearTask], config_of: Callable[[dict[str, Any]], MethodConfig],
+              finish: Callable[[dict[str, Any], LinearTask, ImmunizationRun, float], dict[str, Any]],
+              on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """A sweep's jobs through the batched engine: jobs with equal config and data shapes are grouped into batches of
+    at most ``batch_size`` runs (:func:`group_batches`), each batch is trained by :func:`immunize_batch`, and each
+    run is finished by ``finish(job, task, run, train_s)`` (the single engine's per-run evaluation and record),
+    ``train_s`` being its share of the batch's training time. ``on_result(index, result)`` is called as soon as a
+    batch's runs are finished (a store appends them there: a killed sweep loses at most the batch in flight).
+    Returns the results in the order of ``jobs``."""
+    import time
+
+    tasks = [task_of(j) for j in jobs]
+    cfgs = [config_of(j) for j in jobs]
+    key = lambda i: (repr(cfgs[i]), tasks[i].X_P.shape, tasks[i].X_H.shape, tasks[i].loss)
+    results: list[dict[str, Any] | None] = [None] * len(jobs)
+    for idx in group_batches(range(len(jobs)), key, batch_size):
+        start = time.perf_counter()
+        runs = immunize_batch([tasks[i] for i in idx], cfgs[idx[0]], [int(jobs[i]["seed"]) for i in idx], device)
+        share = (time.perf_counter() - start) / len(idx)
+        for i, run in zip(idx, runs):
+            results[i] = finish(jobs[i], tasks[i], run, share)
+            if on_result is not None:
+                on_result(i, results[i])
+    return results  # type: ignore[return-value]

@@ -7,7 +7,7 @@ Two measurements for issue 13 (nothing here is a committed result; the numbers g
   and on the 500/digit subset: the rank at Table 2's rule (eigenvalues above ``rtol * lambda_max``,
   ``rtol = min(N, D) eps``) and at 0.1x / 10x that rtol, the number of constant pixels, and the eigenvalue ratio
   lambda_k / lambda_{k+1} across the cut (the gap the threshold falls in).
-* ``time``: one official-protocol run (Table 2's runner code: ``mnist_task``, ``table2_config``, ``immunize``,
+* ``time``: one official-protocol run, wall and CPU seconds (Table 2's runner code: ``mnist_task``, ``table2_config``, ``immunize``,
   ``run_spectra``, ``rir_from_spectra``) on full MNIST for one pair, seed and method; its wall time and Eq. 15.
 
     OMP_NUM_THREADS=1 nice -n 10 python experiments/table2_full_mnist_probe.py gap
@@ -55,13 +55,14 @@ def gap() -> dict[str, dict[str, dict]]:
 def one_run(a: int, b: int, seed: int, method: str) -> dict[str, object]:
     task = mnist_task(a, b, seed, str(fetch_mnist()))
     cfg = table2_config("official", method)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     run = immunize(task, cfg, seed)
-    train_s = time.perf_counter() - start
+    train_s, train_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     eq15 = rir_from_spectra(run_spectra(task, np.asarray(run.theta_I, dtype=np.float64), run.bias))
     return {"pair": f"{a}-{b}", "seed": seed, "method": method, "rows_per_digit": len(task.X_P),
             "data": task.data_label, "n_steps": run.n_steps, "train_s": train_s,
-            "total_s": time.perf_counter() - start, "eq15": eq15}
+            "train_cpu_s": train_cpu_s, "total_s": time.perf_counter() - start,
+            "total_cpu_s": time.process_time() - cpu_start, "eq15": eq15}
 
 
 def main() -> None:

@@ -6,7 +6,10 @@ PyTorch's documented DDP semantics; no code copied):
 * the dataset pairs row i of D_P with row i of D_H: one shared index selects both tasks' rows;
 * DDP's ``DistributedSampler`` (torch's own class is used here): in epoch e (counted from 0) a permutation of the
   N pairs drawn from ``sampler_seed + e``, padded to a multiple of ``world_size``; rank r takes every
-  ``world_size``-th index from position r (with Table 1's 200 rows and 2 ranks: two shards of 100);
+  ``world_size``-th index from position r (with Table 1's 200 rows and 2 ranks: two shards of 100). Lightning
+  builds this sampler for a shuffled loader with seed ``PL_GLOBAL_SEED`` (0 when unset); some Lightning versions
+  wrap the loader's own RandomSampler instead, which shards another permutation of the same kind: which rows
+  fall in which step then differs, the structure (disjoint shards, one batch per process) does not;
 * each rank's loader takes consecutive ``batch_size`` rows of its shard, drop_last (Table 1: one 64-row batch per
   rank and epoch, so 10 steps in 10 epochs instead of the 1-process run's 30);
 * each rank computes the step's gradients on its own batch (:func:`~kappalab.immunization.methods.step_gradients`:
@@ -153,7 +156,7 @@ def immunize_data_parallel(task: LinearTask, cfg: MethodConfig, seed: int, world
         cfg: an official-protocol config with a ``batch_size``.
         seed: initialization seed (every rank starts from the same parameters, as DDP broadcasts rank 0's).
         world_size: number of processes.
-        sampler_seed: the DistributedSampler's seed (Lightning passes the global seed, 0 when none is set).
+        sampler_seed: the DistributedSampler's seed (Lightning: ``PL_GLOBAL_SEED``, 0 when unset).
         float32: round the inputs to float32 first (:func:`float32_inputs`).
         device: torch device.
     """

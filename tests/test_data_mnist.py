@@ -188,6 +188,10 @@ def test_argument_errors(tmp_path: Path) -> None:
         mnist.load_digits("mnist", tmp_path)
     with pytest.raises(FileNotFoundError, match="data_dir .*absent does not exist"):
         mnist.load_digits("mnist", tmp_path / "absent")
+    with pytest.raises(ValueError, match="cache is for name='mnist' without data_dir"):
+        mnist.load_digits("mnist", tmp_path, cache=tmp_path)
+    with pytest.raises(ValueError, match="cache is for name='mnist' without data_dir"):
+        mnist.load_digits("mnist-subset", cache=tmp_path)
 
 
 # ---- the wheel route and its cache ------------------------------------------------------------------------------

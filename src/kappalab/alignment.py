@@ -21,7 +21,7 @@ Notation: ``K_P = X_P^T X_P`` and ``K_H = X_H^T X_H`` (``D x D``, symmetric PSD)
   vectors (sorted by the singular values) all perfectly aligned") and ``sum_i lambda_i mu_{D+1-i} / sum_i lambda_i
   mu_i`` when the orders are reversed. Computed from the traces, it uses no eigenvector at all.
 * :func:`best_rir` - the supremum of Eq. 15's RIR over every invertible theta (exact; see its docstring). It is
-  finite only when range(K_H) lies inside range(K_P).
+  finite only when range(K_H) lies inside range(K_P) (or rank K_H = 1), whatever the angles between eigenvectors.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def _psd(K: object, name: str) -> Array:
 class Eigensystem:
     """One symmetric PSD ``K`` decomposed once: eigenvalues (descending), eigenvectors (columns, same order), the
     rank by the core rule at ``rtol`` and the pinv kappa (:func:`kappalab.condition_number`). Every function of
-    this module takes a matrix or an Eigensystem (so that a covariance shared by many pairs is decomposed once)."""
+    this module that takes a covariance accepts a matrix or an Eigensystem (so that a covariance shared by many
+    pairs is decomposed once)."""
 
     K: Array
     values: Array

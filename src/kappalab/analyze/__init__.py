@@ -28,24 +28,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _integer(minimum: int, what: str):
+    """argparse type: an integer >= ``minimum``, else a one-line error naming ``what``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer seed, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer seed, got {text!r}")
-    return value
+_positive_int = _integer(1, "a positive integer")
+_seed = _integer(0, "a non-negative integer seed")
 
 
 def _pairs(text: str) -> list[tuple[int, int]]:
@@ -72,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
     mo.add_argument("--table2-pairs", type=_pairs, default=[(0, 1), (7, 3)], help="Table 2 digit pairs, e.g. 0-1,7-3")
     mo.add_argument("--table2-seed", type=_seed, default=0, help="Table 2 seed")
     mo.add_argument("--table2-epochs", type=_positive_int, default=1, help="Table 2 epochs (7 minibatch steps each)")
+    mo.add_argument("--table2-steps", type=_positive_int, default=4, help="Table 2: measure the first N steps")
     mo.add_argument("--skip-table2", action="store_true", help="only the Table 1 sample")
     return ap
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import spearmanr
 
 from kappalab.alignment import best_rir, eigensystem, eigenspace_angles, weighted_alignment, whitening_theta
 from kappalab.errors import DegenerateSpectrumError
@@ -200,7 +201,22 @@ def correlations(rows: list[dict[str, Any]], seed: int) -> dict[str, dict[str, d
             rc = spearman_bootstrap(x[keep], y[keep], seed=seed)
             verdict = rc.verdict(sign) if sign else "control (no prediction)"
             out[method][measure] = {"rho": rc.rho, "low": rc.low, "high": rc.high, "n": rc.n,
-                                    "predicted_sign": sign, "verdict": verdict}
+                                    "predicted_sign": sign, "verdict": verdict,
+                                    **within_digit(rows, x, y, keep)}
+    return out
+
+
+def within_digit(rows: list[dict[str, Any]], x: np.ndarray, y: np.ndarray, keep: np.ndarray) -> dict[str, float]:
+    """Mean Spearman rho over the groups of pairs that share D_P (resp. D_H): the correlation left once the
+    identity of one digit is held fixed (9 pairs per group)."""
+    out = {}
+    for side, position in (("within_P", 0), ("within_H", 1)):
+        groups: dict[str, list[int]] = {}
+        for i, r in enumerate(rows):
+            if keep[i]:
+                groups.setdefault(r["pair"].split("-")[position], []).append(i)
+        rhos = [spearmanr(x[g], y[g]).statistic for g in groups.values() if len(g) >= 3 and np.ptp(x[g]) > 0]
+        out[f"rho_{side}"] = float(np.mean(rhos)) if rhos else math.nan
     return out
 
 
@@ -239,7 +255,7 @@ def figures(out: Path, hp: list[dict[str, Any]], mn: list[dict[str, Any]], label
             ax.set_xlabel(MEASURES[measure][0], fontsize=8)
             ax.set_ylabel(f"achieved RIR, {LABELS[method]}")
             ax.axhline(1.0, color="grey", lw=0.5)
-        axes[0].legend(fontsize=7)
+        axes[0].legend(fontsize=7, loc="lower left")
         fig.suptitle(f"{LABELS[method]}: achieved RIR vs alignment (best RIR over all theta is infinite for every pair)",
                      fontsize=10)
         name = f"alignment_{method}.png"
@@ -250,6 +266,8 @@ def figures(out: Path, hp: list[dict[str, Any]], mn: list[dict[str, Any]], label
 
 
 def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
     if isinstance(v, float):
         return "inf" if math.isinf(v) else ("nan" if math.isnan(v) else f"{v:.4g}")
     return str(v)
@@ -282,12 +300,16 @@ def markdown(hp: list[dict[str, Any]], mn: list[dict[str, Any]], corr: dict, lab
               f"{meta['seed']})", "",
               "Predicted sign: the sign Sec. 3.1's explanation implies (more alignment, less immunization). Verdict: "
               "'supports' / 'contradicts' when the interval excludes 0 on the predicted / opposite side, 'cannot tell' "
-              "otherwise.", "", "| method | measure | predicted | rho | interval | verdict |", "|---|---|---|---|---|---|"]
+              "otherwise. 'within D_P' / 'within D_H': mean rho over the 10 groups of 9 pairs sharing D_P / D_H "
+              "(one digit's identity held fixed).", "",
+              "| method | measure | predicted | rho | interval | verdict | within D_P | within D_H |",
+              "|---|---|---|---|---|---|---|---|"]
     for method in METHODS:
         for measure, c in corr[method].items():
             sign = {1: "+", -1: "-", 0: "none"}[c["predicted_sign"]]
             lines.append(f"| {LABELS[method]} | {measure} | {sign} | {_fmt(c['rho'])} "
-                         f"| [{_fmt(c['low'])}, {_fmt(c['high'])}] | {c['verdict']} |")
+                         f"| [{_fmt(c['low'])}, {_fmt(c['high'])}] | {c['verdict']} | {_fmt(c.get('rho_within_P'))} "
+                         f"| {_fmt(c.get('rho_within_H'))} |")
     return "\n".join(lines) + "\n"
 
 

@@ -136,3 +136,20 @@ def test_bootstrap_rhos_equal_scipy_spearman_on_each_resample():
     idx = np.random.default_rng(3).integers(0, 20, (50, 20))
     ref = [spearmanr(x[i], y[i]).statistic for i in idx if np.ptp(x[i]) > 0]
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("protocol", ["paper", "official"])
+def test_observer_sees_every_step_and_does_not_change_the_run(protocol):
+    from kappalab.immunization import LinearTask, immunize, table1_config
+
+    rng = np.random.default_rng(5)
+    X_P, X_H = rng.standard_normal((32, 4)), rng.standard_normal((32, 4))
+    task = LinearTask(X_P, rng.standard_normal(32), X_H, rng.standard_normal(32), "mse", "tiny", "synthetic")
+    cfg = table1_config(protocol, "ours").replace(epochs=2, batch_size=None if protocol == "paper" else 8)
+    seen: list[tuple[int, np.ndarray]] = []
+    run = immunize(task, cfg, 0, observer=lambda step, p: seen.append((step, p.theta.detach().numpy().copy())))
+    plain = immunize(task, cfg, 0)
+    assert [s for s, _ in seen] == list(range(run.n_steps + 1))
+    assert not np.array_equal(seen[0][1], seen[1][1])  # step 0 is the initialisation, before any update
+    np.testing.assert_array_equal(seen[-1][1], run.theta_I)
+    np.testing.assert_array_equal(run.theta_I, plain.theta_I)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 
 import numpy as np
@@ -122,7 +123,10 @@ def test_monotonicity_end_to_end_one_step_per_method(tmp_path):
         moved = float(r["kappa_P_after"]) < float(r["kappa_P_before"])
         assert (r["P_guaranteed_way"] == "True") == moved
         assert math.isfinite(float(r["eta_eq_P"]))
-    assert (out / "monotonicity.png").stat().st_size > 0 and "| Table 1 | Ours |" in (out / "monotonicity.md").read_text()
+    assert (out / "monotonicity.png").stat().st_size > 0
+    assert "| Table 1 | Ours |" in (out / "monotonicity.md").read_text()
+    runs = json.loads((out / "monotonicity.json").read_text())["runs"]
+    assert all(src.endswith(".json") and "/" not in src for r in runs for src in r["config"]["source"])
 
 
 def test_bootstrap_rhos_equal_scipy_spearman_on_each_resample():

@@ -201,9 +201,9 @@ def best_rir(K_P: object, K_H: object, *, rtol: float | None = None, angle_tol: 
       ``best RIR = kappa(M) kappa(K_P) / kappa(K_H)``; for invertible K_P, M's eigenvalues are the generalised
       eigenvalues of (K_H, K_P).
     * ``k_H = 1``: kappa(H_H) = 1 always, so the supremum is ``kappa(K_P)`` (whitening theta).
-    * otherwise (range(K_H) not inside range(K_P), ``k_H >= 2``) the supremum is infinite: take a unit ``u`` in null(K_P) with ``K_H u != 0``
-      and ``theta_t = I + (t - 1) u u^T``. Then ``H_P(theta_t) = K_P`` for every t, ``lambda_max(H_H) >=
-      t^2 u^T K_H u``, and, since ``theta_t x = x`` for ``x`` orthogonal to u, Cauchy interlacing with the
+    * otherwise (range(K_H) not inside range(K_P), ``k_H >= 2``) the supremum is infinite: take a unit ``u`` in
+      null(K_P) with ``K_H u != 0`` and ``theta_t = I + (t - 1) u u^T``. Then ``H_P(theta_t) = K_P`` for every t,
+      ``lambda_max(H_H) >= t^2 u^T K_H u``, and, since ``theta_t x = x`` for ``x`` orthogonal to u, Cauchy interlacing with the
       t-independent compression of K_H to ``u^perp`` keeps ``lambda_{k_H}(H_H) <= lambda_{k_H - 1}(K_H|u^perp)``
       (rank(H_H) = k_H for t != 0): kappa(H_H) grows like t^2 while kappa(H_P) stays.
 

@@ -61,7 +61,8 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     al = sub.add_parser("alignment", help="alignment of K_P, K_H vs achieved RIR (reads the committed stores)")
     al.add_argument("--out", type=Path, default=None, help=f"output folder (default {DEFAULT_OUT}/alignment)")
-    al.add_argument("--root", type=Path, default=Path("."), help="repository root holding docs/reproduction (default .)")
+    al.add_argument("--root", type=Path, default=Path("."),
+                    help="repository root holding docs/reproduction (default .)")
     al.add_argument("--seed", type=_seed, default=0, help="bootstrap seed (default 0)")
     mo = sub.add_parser("monotonicity", help="per-step kappa moves and Thm 4.3 step bounds in a sample of runs")
     mo.add_argument("--out", type=Path, default=None, help=f"output folder (default {DEFAULT_OUT}/monotonicity)")

@@ -99,7 +99,8 @@ def house_prices_rows(root: Path) -> list[dict[str, Any]]:
                 raise ValueError(f"{store}/features_{which}.npy differs from house_prices_task({protocol!r}).X_{which}")
         K_P, K_H = covariance(task.X_P), covariance(task.X_H)
         es_P, es_H = eigensystem(K_P, name="K_P"), eigensystem(K_H, name="K_H")
-        row: dict[str, Any] = {"data": f"House Prices ({protocol} protocol)", "pair": protocol, **pair_measures(es_P, es_H)}
+        row: dict[str, Any] = {"data": f"House Prices ({protocol} protocol)", "pair": protocol,
+                               **pair_measures(es_P, es_H)}
         row["whitening_rir"] = whitening_rir(task.X_P, task.X_H, whitening_theta(es_P))
         for method in METHODS:
             values = [r["evaluation"]["pinv"]["rir"] for r in records if r["method"] == method]
@@ -246,8 +247,8 @@ def figures(out: Path, hp: list[dict[str, Any]], mn: list[dict[str, Any]], label
             ax.scatter([r[measure] for r in mn], [r[f"rir_{method}"] for r in mn], s=14, alpha=0.7,
                        label=f"Table 2 pairs ({label}), geo-mean of seeds")
             for r, marker in zip(hp, ("s", "D")):
-                lo, hi = r[f"rir_{method}_min"], r[f"rir_{method}_max"]
-                ax.errorbar([r[measure]], [r[f"rir_{method}"]], yerr=[[r[f"rir_{method}"] - lo], [hi - r[f"rir_{method}"]]],
+                mid, lo, hi = r[f"rir_{method}"], r[f"rir_{method}_min"], r[f"rir_{method}_max"]
+                ax.errorbar([r[measure]], [mid], yerr=[[mid - lo], [hi - mid]],
                             fmt=marker, color="C3" if marker == "s" else "C2", label=f"{r['data']} (min-max of seeds)")
             ax.set_yscale("log")
             if measure == "whitening_rir":
@@ -256,8 +257,8 @@ def figures(out: Path, hp: list[dict[str, Any]], mn: list[dict[str, Any]], label
             ax.set_ylabel(f"achieved RIR, {LABELS[method]}")
             ax.axhline(1.0, color="grey", lw=0.5)
         axes[0].legend(fontsize=7, loc="lower left")
-        fig.suptitle(f"{LABELS[method]}: achieved RIR vs alignment (best RIR over all theta is infinite for every pair)",
-                     fontsize=10)
+        fig.suptitle(f"{LABELS[method]}: achieved RIR vs alignment (best RIR over all theta is infinite for every "
+                     "pair)", fontsize=10)
         name = f"alignment_{method}.png"
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
@@ -285,7 +286,8 @@ def markdown(hp: list[dict[str, Any]], mn: list[dict[str, Any]], corr: dict, lab
         lines.append(f"| {r['pair']} | {_fmt(r['weighted_alignment'])} | {_fmt(r['overlap_leading'])} | "
                      f"{_fmt(r['angle_leading_deg'])} | {r['rank_P']} / {r['rank_H']} | {r['escape_dim']} | "
                      f"{_fmt(r['best_rir'])} | {_fmt(r['whitening_rir'])} | " + " | ".join(
-                         f"{_fmt(r[f'rir_{m}'])} ({_fmt(r[f'rir_{m}_min'])}-{_fmt(r[f'rir_{m}_max'])})" for m in METHODS)
+                         f"{_fmt(r[f'rir_{m}'])} ({_fmt(r[f'rir_{m}_min'])}-{_fmt(r[f'rir_{m}_max'])})"
+                         for m in METHODS)
                      + " |")
     finite = sum(math.isfinite(r["best_rir"]) for r in mn)
     lines += ["", f"## MNIST pairs ({label})", "",

@@ -161,7 +161,8 @@ def step_row(before: dict[str, Any], after: dict[str, Any], task: Task) -> dict[
                     and row["step_norm"] > 0 else math.nan,
                     f"ratio_stated_{which}": eta / stated if stated > 0 else math.nan,
                     f"ratio_corrected_{which}": eta / corrected if corrected > 0 else math.nan,
-                    f"inside_stated_{which}": "vacuous" if not stated > 0 else ("inside" if eta < stated else "outside"),
+                    f"inside_stated_{which}": "vacuous" if not stated > 0
+                    else ("inside" if eta < stated else "outside"),
                     f"inside_corrected_{which}": "inside" if eta < corrected else "outside"})
         rank_ok = before[f"rank_dxd_{which}"] == task.rank[which]
         row[f"bound_status_{which}"] = "ok" if rank_ok else "rank mismatch"
@@ -187,6 +188,15 @@ class Recorder:
 
 # ---- the sample -------------------------------------------------------------------------------------------------
 
+def config_record(cfg) -> dict[str, Any]:
+    """The resolved config as JSON, its source files named relative to the configs folder (no machine paths)."""
+    from kappalab.results import to_jsonable
+
+    record = to_jsonable(cfg)
+    record["source"] = [Path(p).name for p in record.get("source", [])]
+    return record
+
+
 def run_sample(args) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Run the sample of the module docstring; returns (step rows, run records)."""
     import torch
@@ -206,7 +216,7 @@ def run_sample(args) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             run = immunize(hp, cfg, seed, observer=rec)
             rows += rec.rows
             runs.append({"table": "Table 1", "task": t1.name, "method": method, "seed": seed, "epochs": cfg.epochs,
-                         "steps": run.n_steps, "config": cfg, "data_label": hp.data_label,
+                         "steps": run.n_steps, "config": config_record(cfg), "data_label": hp.data_label,
                          "wall_s": time.perf_counter() - start})
     if args.skip_table2:
         return rows, runs
@@ -223,7 +233,8 @@ def run_sample(args) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             run = immunize(task, cfg, args.table2_seed, observer=rec)
             rows += rec.rows
             runs.append({"table": "Table 2", "task": t2.name, "method": method, "seed": args.table2_seed,
-                         "epochs": cfg.epochs, "steps": min(run.n_steps, args.table2_steps), "config": cfg, "data_label": task.data_label,
+                         "epochs": cfg.epochs, "steps": min(run.n_steps, args.table2_steps),
+                         "config": config_record(cfg), "data_label": task.data_label,
                          "wall_s": time.perf_counter() - start})
     return rows, runs
 

@@ -203,9 +203,10 @@ def best_rir(K_P: object, K_H: object, *, rtol: float | None = None, angle_tol: 
     * ``k_H = 1``: kappa(H_H) = 1 always, so the supremum is ``kappa(K_P)`` (whitening theta).
     * otherwise (range(K_H) not inside range(K_P), ``k_H >= 2``) the supremum is infinite: take a unit ``u`` in
       null(K_P) with ``K_H u != 0`` and ``theta_t = I + (t - 1) u u^T``. Then ``H_P(theta_t) = K_P`` for every t,
-      ``lambda_max(H_H) >= t^2 u^T K_H u``, and, since ``theta_t x = x`` for ``x`` orthogonal to u, Cauchy interlacing with the
-      t-independent compression of K_H to ``u^perp`` keeps ``lambda_{k_H}(H_H) <= lambda_{k_H - 1}(K_H|u^perp)``
-      (rank(H_H) = k_H for t != 0): kappa(H_H) grows like t^2 while kappa(H_P) stays.
+      ``lambda_max(H_H) >= t^2 u^T K_H u``, and, since ``theta_t x = x`` for ``x`` orthogonal to u, Cauchy
+      interlacing with the t-independent compression of K_H to ``u^perp`` keeps
+      ``lambda_{k_H}(H_H) <= lambda_{k_H - 1}(K_H|u^perp)`` (rank(H_H) = k_H for t != 0): kappa(H_H) grows like t^2
+      while kappa(H_P) stays.
 
     Containment is decided on the principal angles between the two ranges: a sine above ``angle_tol``
     (default ``sqrt(eps)``) is a direction of range(K_H) outside range(K_P). kappa uses the core rank rule at ``rtol``.

@@ -46,6 +46,8 @@ from kappalab.linear import hessian, hessian_extremes
 from kappalab.regularizers import ill_denominator
 from kappalab.spectral import Extremes
 
+from .alignment_on_data import covariance
+
 METHODS = ("rill_only", "imma", "opt_kappa", "ours")
 LABELS = {"rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa": "Opt kappa", "ours": "Ours"}
 
@@ -79,7 +81,7 @@ class Task:
     bias_column: tuple[int, float] | None = None  # (j, c) with X e_j = c 1 in both splits
 
     def __post_init__(self) -> None:
-        self.K = {w: _cov(X) for w, X in (("P", self.X_P), ("H", self.X_H))}
+        self.K = {w: covariance(X) for w, X in (("P", self.X_P), ("H", self.X_H))}
         Q_lam = {w: range_basis(self.K[w], name=f"K_{w}") for w in ("P", "H")}
         self.K_pinv = {w: (Q / lam[None, :]) @ Q.T for w, (Q, lam) in Q_lam.items()}
         self.rank = {w: Q.shape[1] for w, (Q, _) in Q_lam.items()}
@@ -107,11 +109,6 @@ class Task:
         return kappa_from_eigenvalues(feature_spectrum(X @ theta), rank=self.rank[which])
 
 
-def _cov(X: np.ndarray) -> np.ndarray:
-    K = X.T @ X
-    return 0.5 * (K + K.T)
-
-
 def constant_column(X_P: np.ndarray, X_H: np.ndarray) -> tuple[int, float]:
     """A column constant (and nonzero, with one value) over both splits: ``X e_j = c 1``."""
     for j in range(X_P.shape[1]):
@@ -125,14 +122,15 @@ def state(task: Task, theta: np.ndarray) -> dict[str, Any]:
     """kappas, bounds and preconditioned regularizer directions at ``theta`` (bias already absorbed)."""
     D = theta.shape[0]
     out: dict[str, Any] = {"theta": theta, "kappa_P": task.kappa(theta, "P"), "kappa_H": task.kappa(theta, "H")}
-    for which, grad, stated, corrected in (("P", grad_theta_r_well, step_bound_theta_well, corrected_bound_well),
-                                           ("H", grad_theta_r_ill, step_bound_theta_ill, None)):
+    for which, grad, stated, corrected in (("P", grad_theta_r_well, step_bound_theta_well,
+                                            lambda e: corrected_bound_well(e, D)),
+                                           ("H", grad_theta_r_ill, step_bound_theta_ill, corrected_bound_ill)):
         K = task.K[which]
         try:
             _, _, _, e = hessian_extremes(theta, K)
             out[f"rank_dxd_{which}"] = int(e.rank)
             out[f"stated_{which}"] = float(stated(theta, K))
-            out[f"corrected_{which}"] = corrected_bound_well(e, D) if corrected else corrected_bound_ill(e)
+            out[f"corrected_{which}"] = corrected(e)
             out[f"direction_{which}"] = task.K_pinv[which] @ grad(theta, K)
         except KappalabError as error:  # degenerate extreme eigenvalue or undefined R_ill: no gradient, no bound
             out[f"error_{which}"] = str(error).splitlines()[0]

@@ -242,7 +242,7 @@ def figures(out: Path, hp: list[dict[str, Any]], mn: list[dict[str, Any]], label
     panels = ("weighted_alignment", "overlap_leading", "whitening_rir")
     names = []
     for method in METHODS:
-        fig, axes = plt.subplots(1, len(panels), figsize=(13, 4), constrained_layout=True)
+        fig, axes = plt.subplots(1, len(panels), figsize=(13, 4.5), layout="constrained")
         for ax, measure in zip(axes, panels):
             ax.scatter([r[measure] for r in mn], [r[f"rir_{method}"] for r in mn], s=14, alpha=0.7,
                        label=f"Table 2 pairs ({label}), geo-mean of seeds")
@@ -256,7 +256,7 @@ def figures(out: Path, hp: list[dict[str, Any]], mn: list[dict[str, Any]], label
             ax.set_xlabel(MEASURES[measure][0], fontsize=8)
             ax.set_ylabel(f"achieved RIR, {LABELS[method]}")
             ax.axhline(1.0, color="grey", lw=0.5)
-        axes[0].legend(fontsize=7, loc="lower left")
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=8)
         fig.suptitle(f"{LABELS[method]}: achieved RIR vs alignment (best RIR over all theta is infinite for every "
                      "pair)", fontsize=10)
         name = f"alignment_{method}.png"

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ._backend import Array, eps, eye_like, namespace, to_scalar
 from .errors import DegenerateSpectrumError
 from .regularizers import condition_number
-from .spectral import check_gap_rtol, check_rtol, psd_extremes
+from .spectral import check_gap_rtol, psd_extremes
 from .validation import matrix, same_kind, symmetric
 
 
@@ -63,9 +63,8 @@ def eigensystem(K: object, *, rtol: float | None = None, name: str = "K") -> Eig
         if rtol is not None and rtol != K.rtol:
             raise ValueError(f"{name} was decomposed with rtol={K.rtol!r}, not the requested rtol={rtol!r}")
         return K
-    check_rtol(rtol)
     K = _psd(K, name)
-    rank = int(to_scalar(psd_extremes(K, rtol=rtol, name=name).rank))
+    rank = int(to_scalar(psd_extremes(K, rtol=rtol, name=name).rank))  # validates rtol too
     kappa = to_scalar(condition_number(K, rtol, psd=True))
     lam, V = _eigh_desc(K)
     return Eigensystem(K, lam, V, rank, kappa, rtol)

@@ -208,10 +208,13 @@ class Training:
 
 
 def train(proto: Protocol, p: Params, cfg: MethodConfig, epoch_batches: Callable[[], Any], desc: str,
-          progress: bool = False) -> Training:
+          progress: bool = False, observer: Callable[[int, Params], None] | None = None) -> Training:
     """The training loop shared by :func:`immunize` and :func:`kappalab.immunization.batched.immunize_batch`:
     Adam (``adam_betas``, ``adam_eps``, ``adam_fused``) over ``p``, ``cfg.epochs`` passes over
-    ``epoch_batches()``, the whole-task kappa every ``monitor_every``-th epoch and at the last."""
+    ``epoch_batches()``, the whole-task kappa every ``monitor_every``-th epoch and at the last.
+
+    ``observer(step, params)``, when given, is called before the first step (step 0) and after every optimizer
+    step (step = steps taken so far) with the live parameters (read them detached, never modify them)."""
     betas = tuple(cfg.get("adam_betas", (0.9, 0.999)))
     fused = cfg.get("adam_fused", False)
     if not isinstance(fused, bool):
@@ -226,6 +229,8 @@ def train(proto: Protocol, p: Params, cfg: MethodConfig, epoch_batches: Callable
     term_log: dict[str, list[torch.Tensor]] = {}
     n_steps = degenerate = 0
     start = time.perf_counter()
+    if observer is not None:
+        observer(0, p)
     for epoch in tqdm(range(1, cfg.epochs + 1), desc=desc, disable=not progress, leave=False):
         for batch in epoch_batches():
             with warnings.catch_warnings(record=True) as caught:
@@ -236,6 +241,8 @@ def train(proto: Protocol, p: Params, cfg: MethodConfig, epoch_batches: Callable
                 param.grad = grads.get(id(param))
             opt.step()
             n_steps += 1
+            if observer is not None:
+                observer(n_steps, p)
         for term in terms:
             term_log.setdefault(term.name, []).append(term.value.detach())
         if epoch % monitor_every == 0 or epoch == cfg.epochs:
@@ -245,8 +252,9 @@ def train(proto: Protocol, p: Params, cfg: MethodConfig, epoch_batches: Callable
 
 
 def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu",
-             progress: bool = False) -> ImmunizationRun:
-    """Run one method (``cfg.method``) under one protocol (``cfg.protocol``) and return the immunized extractor."""
+             progress: bool = False, observer: Callable[[int, Params], None] | None = None) -> ImmunizationRun:
+    """Run one method (``cfg.method``) under one protocol (``cfg.protocol``) and return the immunized extractor
+    (``observer``: see :func:`train`)."""
     if not isinstance(task, LinearTask):
         raise ValueError(f"task must be a LinearTask, got {type(task).__name__}")
     if not isinstance(cfg, MethodConfig):
@@ -256,7 +264,8 @@ def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu"
     proto = make_protocol(task, cfg, device)
     p = proto.init_params(seed, with_w_H=cfg.method == "imma")
     gen = torch.Generator().manual_seed(int(seed) + 1)
-    t = train(proto, p, cfg, lambda: proto.batches(gen), f"{cfg.protocol}/{cfg.method}/seed{seed}", progress)
+    t = train(proto, p, cfg, lambda: proto.batches(gen), f"{cfg.protocol}/{cfg.method}/seed{seed}", progress,
+              observer)
     to_np = lambda t: None if t is None else t.detach().cpu().numpy().astype(np.float64)
     return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=t.history(),
                            wall_time_s=t.wall_time_s, n_steps=t.n_steps, degenerate_count=t.degenerate,

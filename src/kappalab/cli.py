@@ -2,7 +2,7 @@
 ``kappalab main``.
 
 Each sub-command lives in its own module with a ``main(argv) -> int`` entry point, imported only when used:
-``verify`` -> :mod:`kappalab.verify`, ``reproduce table1|table2|table3`` -> ``kappalab.reproduce.<name>``,
+``verify`` -> :mod:`kappalab.verify`, ``reproduce table1|table2|table3`` -> :data:`REPRODUCIBLE`,
 ``analyze`` -> ``kappalab.analyze`` (when that module is installed). ``--help`` works everywhere and never starts
 work; a usage error is one line on stderr and exit status 2.
 """
@@ -40,7 +40,9 @@ Runs `kappalab verify`, then `kappalab reproduce table1 --protocol paper` (4 met
 CPU core); outputs under results/verify and results/table1. Takes no arguments.
 """
 
-REPRODUCIBLE = ("table1", "table2", "table3")
+#: reproduce NAME -> the module whose ``main(argv)`` runs it (table3's command line parses without torch)
+REPRODUCIBLE = {"table1": "kappalab.reproduce.table1", "table2": "kappalab.reproduce.table2",
+                "table3": "kappalab.reproduce.table3_cli"}
 HELP = ("-h", "--help")
 
 
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         if not rest or rest[0] not in REPRODUCIBLE:
             return _usage_error("kappalab reproduce", f"NAME must be one of {', '.join(REPRODUCIBLE)}"
                                 + (f", got {rest[0]!r}" if rest else ""))
-        return importlib.import_module(f"kappalab.reproduce.{rest[0]}").main(rest[1:])
+        return importlib.import_module(REPRODUCIBLE[rest[0]]).main(rest[1:])
     if command == "analyze":
         if importlib.util.find_spec("kappalab.analyze") is None:
             return _usage_error("kappalab analyze", "this installation has no kappalab.analyze module")

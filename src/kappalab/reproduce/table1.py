@@ -296,17 +296,17 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    out: Path = check_out(args.out)
     overrides = read_overrides(args.config, args.overrides)
+    configs = {m: table1_config(args.protocol, m, method_overrides(overrides, m)) for m in args.methods}
+    if args.epochs is not None:
+        configs = {m: c.replace(epochs=args.epochs) for m, c in configs.items()}
+    n_rows = {int(c.get("n_rows")) for c in configs.values()}
+    if len(n_rows) != 1:
+        raise UsageError(f"--set: the methods' extra.n_rows differ ({sorted(n_rows)}): one table, one data set")
+    with data_errors("--data-csv"):
+        task = task_of(args.protocol, args.data_csv, n_rows.pop())
+    out: Path = check_out(args.out)
     with threadpool_limits(args.threads):
-        configs = {m: table1_config(args.protocol, m, method_overrides(overrides, m)) for m in args.methods}
-        if args.epochs is not None:
-            configs = {m: c.replace(epochs=args.epochs) for m, c in configs.items()}
-        n_rows = {int(c.get("n_rows")) for c in configs.values()}
-        if len(n_rows) != 1:
-            raise UsageError(f"--set: the methods' extra.n_rows differ ({sorted(n_rows)}): one table, one data set")
-        with data_errors("--data-csv"):
-            task = task_of(args.protocol, args.data_csv, n_rows.pop())
         data = data_identity_of(task)
         data_dir = out / "data" / data["sha256"][:12]
         data_dir.mkdir(parents=True, exist_ok=True)

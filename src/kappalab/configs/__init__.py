@@ -2,6 +2,7 @@
 
 * :func:`read` - a config file as a dict: a name of a shipped file (``"table1_paper_ours"``) or a path.
 * :func:`parse_set` - the command line's ``--set KEY=VALUE`` items as ``{dotted key: value}``.
+* :func:`read_overrides` - ``--config FILE`` (a JSON object of overrides) and ``--set`` items as one flat dict.
 * :func:`set_dotted` - write one dotted key into a nested dict, refusing keys the schema does not know.
 
 Which keys a file may hold is declared by its schema (:class:`kappalab.immunization.MethodConfig` for Tables 1
@@ -90,3 +91,29 @@ def set_dotted(target: dict[str, Any], key: str, value: Any, known: Mapping[str,
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node, schema = node[part], schema[part]
+
+
+def read_overrides(config_file: str | None, items: Iterable[str] | None) -> dict[str, Any]:
+    """``--config FILE`` (a JSON object of overrides, nested or dotted keys; an ``extra`` entry may be written
+    ``{"value": ..., "reason": ...}``) then the ``--set`` items (which win), as one flat ``{dotted key: value}``."""
+    out: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            raw = json.loads(Path(config_file).read_text())
+        except OSError as error:
+            raise ConfigError(f"--config {config_file}: {error.strerror}") from None
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"--config {config_file}: not valid JSON ({error})") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"--config {config_file}: must hold a JSON object of overrides")
+
+        def flatten(node: Mapping[str, Any], prefix: str) -> None:
+            for key, value in node.items():
+                if isinstance(value, dict) and set(value) != {"value", "reason"}:
+                    flatten(value, f"{prefix}{key}.")
+                else:
+                    out[f"{prefix}{key}"] = value["value"] if isinstance(value, dict) else value
+
+        flatten({k: v for k, v in raw.items() if k != "_comment"}, "")
+    out.update(parse_set(items))
+    return out

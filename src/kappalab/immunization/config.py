@@ -16,7 +16,7 @@ applied last. :func:`load_config` resolves the chain and returns a frozen :class
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
@@ -34,7 +34,7 @@ Default = Any | Callable[["MethodConfig"], Any]
 #: Every ``extra`` value a run may read: name -> (default when a config omits it, what it means). A default may be a
 #: function of the config. Declared once here; :meth:`MethodConfig.get` refuses any other name.
 EXTRA: dict[str, tuple[Default, str]] = {
-    "loss": (None, "the task's loss ('mse' House Prices, 'bce' MNIST); None: the task's own; a runner checks they agree"),
+    "loss": (None, "the task's loss ('mse' House Prices, 'bce' MNIST); None: the task's own; runners check it"),
     "adam_betas": ((0.9, 0.999), "Adam's (beta1, beta2)"),
     "adam_eps": (1e-8, "Adam's eps"),
     "adam_fused": (False, "torch's fused Adam kernel (same update as the for-loop implementation)"),

@@ -19,7 +19,6 @@ of overrides) and ``--set KEY=VALUE`` change values for every method, ``--set ou
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import time
@@ -30,6 +29,7 @@ import numpy as np
 
 from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
                                   data_errors, positive_int, seed, unique)
+from kappalab.configs import read_overrides
 from kappalab.results import MEAN_STD_CONVENTION, format_mean_std, mean_std
 
 #: Table 1 of the paper (CLAIMS.md): REFERENCE ONLY, never used in any computation.
@@ -85,30 +85,6 @@ def method_overrides(overrides: dict[str, Any], method: str) -> dict[str, Any]:
 
     out = {k: v for k, v in overrides.items() if k.split(".")[0] not in METHODS}
     out.update({k.split(".", 1)[1]: v for k, v in overrides.items() if k.split(".")[0] == method})
-    return out
-
-
-def read_overrides(config_file: str | None, items: Sequence[str]) -> dict[str, Any]:
-    """``--config FILE`` (a JSON object, nested or dotted keys) then ``--set`` items (which win), flattened."""
-    from kappalab.configs import ConfigError, parse_set
-
-    out: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            raw = json.loads(Path(config_file).read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            raise UsageError(f"--config {config_file}: {error}") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"config {config_file}: must hold a JSON object of overrides")
-
-        def flatten(node: dict[str, Any], prefix: str) -> None:
-            for k, v in node.items():
-                if isinstance(v, dict) and not set(v) == {"value", "reason"}:
-                    flatten(v, f"{prefix}{k}.")
-                else:
-                    out[f"{prefix}{k}"] = v["value"] if isinstance(v, dict) else v
-        flatten({k: v for k, v in raw.items() if k != "_comment"}, "")
-    out.update(parse_set(items))
     return out
 
 

@@ -15,7 +15,7 @@ import time
 import warnings
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch

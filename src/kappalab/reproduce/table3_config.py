@@ -12,7 +12,6 @@ is present with its declared default.
 from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, fields
-from pathlib import Path
 from typing import Any, Mapping
 
 from kappalab.configs import CONFIG_DIR, ConfigError, read, set_dotted

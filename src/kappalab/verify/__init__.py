@@ -15,7 +15,6 @@ Returns nonzero if any test failed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def plan_from_args(args: argparse.Namespace) -> SweepPlan:
     """The sweep the arguments ask for; a ValueError names the bad argument."""
-    from kappalab.reproduce.table1 import read_overrides
+    from kappalab.configs import read_overrides
 
     quick = args.quick
     pairs = parse_pairs(args.pairs) if args.pairs else (QUICK_PAIRS if quick else ALL_PAIRS)

@@ -11,7 +11,7 @@ import numpy as np
 
 from kappalab.results import MEAN_STD_CONVENTION, RunStore, format_mean_std, mean_std, write_report as write_files
 
-from .constants import (ALL_PAIRS, METHOD_LABELS, METHODS, OTHER_THRESHOLDS, PAPER_FIG2_SUCCESS, PAPER_TABLE2,
+from .constants import (METHOD_LABELS, METHODS, OTHER_THRESHOLDS, PAPER_FIG2_SUCCESS, PAPER_TABLE2,
                         PROBE_BUDGET, PROBE_CHECKPOINTS, PROBE_MAX_ITER, PROBE_TARGETS, SUCCESS_THRESHOLD)
 from .figure import figure2
 from .spectra import rir_from_spectra, rtol_sensitivity

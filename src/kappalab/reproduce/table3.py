@@ -27,7 +27,7 @@ from ..deep import (METHOD_LABELS, METHODS, CombinedLoader, ImmunizableModel, Ob
 from ..cli_options import UsageError
 from ..errors import DegenerateSpectrumWarning
 from ..provenance import provenance
-from ..results import RunStore, to_jsonable
+from ..results import RunStore, format_mean_std, mean_std, to_jsonable
 from .identity import data_identity, identity
 from .table3_config import load_table3_config, resolved
 PAPER_TABLE3 = {  # Table 3 of the paper, ResNet18 / Cars and Country211: (i), (ii), RIR_theta0, D_P test acc.
@@ -366,8 +366,7 @@ def search_table(recs: list[dict[str, Any]], head: dict[str, Any], acc_floor: fl
 
 # ------------------------------------------------------------------------------------------ table and figure
 def _ms(values: list[float], fmt: str = "{:.3f}") -> str:
-    a = np.asarray(values, dtype=float)
-    return (fmt + " ± " + fmt).format(a.mean(), a.std(ddof=1)) if len(a) > 1 else fmt.format(a.mean())
+    return format_mean_std(*mean_std(values), fmt)
 
 
 def aggregate(records: list[dict[str, Any]], out: Path, title: str) -> str:

@@ -3,12 +3,14 @@
 Modes:
 
 * ``--proxy`` (runs here): :class:`~kappalab.deep.model.SmallCNN` pre-trained on MNIST digits 0-4 (D_P) and
-  immunized against digits 5-9 (D_H) on the embedded MNIST subset; config ``table3_proxy.json`` (shipped in :mod:`kappalab.configs`);
+  immunized against digits 5-9 (D_H) on the embedded MNIST subset; config ``table3_proxy.json`` (shipped in
+  :mod:`kappalab.configs`);
   writes ``runs.jsonl``, ``table.md``, ``figure3.png``/``.pdf`` under ``--out`` (default
   ``results/table3``). ``--quick`` shrinks it to a CI smoke run (< 1 min; default ``--out``
   ``results/table3_quick``). ``--calibrate`` prints the gradient norms at theta_0 behind the lambdas.
   ``--search`` runs Appendix C.2's selection of the lambdas and epochs on a train/validation split of the training
-  data (config block ``search``; :func:`run_search`, :mod:`kappalab.deep.search`), writing ``search.jsonl``,
+  data (config block ``search``;
+  :func:`kappalab.reproduce.table3.run_search`, :mod:`kappalab.deep.search`), writing ``search.jsonl``,
   ``search.md`` and ``search_selected.json``; the selected values are then entered in the config by hand.
 * ``--arch resnet18|vit --harmful cars|country211 --imagenet DIR --harmful-dir DIR --weights FILE`` (the paper's
   configuration; needs ``kappalab[deep]``, the data, the weights and a GPU; under ``torchrun`` the training is

@@ -85,7 +85,8 @@ OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES}, "search": {k: N
 def _check_keys(where: str, keys, allowed, prefix: str = "") -> None:
     unknown = sorted(set(keys) - set(allowed))
     if unknown:
-        raise ConfigError(f"config {where}: unknown key {prefix + unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+        raise ConfigError(f"config {where}: unknown key {prefix + unknown[0]!r} "
+                          f"(allowed: {', '.join(sorted(allowed))})")
 
 
 def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, Any] | None = None

@@ -95,5 +95,6 @@ def one_vs_rest(digit: int, exclude: int, seed: int, directory: str | None, pool
     rest = np.flatnonzero((data.labels != digit) & (data.labels != exclude))
     neg = rng.choice(rest, size=len(pos), replace=False)
     rows = np.concatenate([pos, neg])
-    return pool_images(normalize_images(data.images[rows]), pool), np.concatenate([np.ones(len(pos)), -np.ones(len(neg))])
+    labels = np.concatenate([np.ones(len(pos)), -np.ones(len(neg))])
+    return pool_images(normalize_images(data.images[rows]), pool), labels
 

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 _HASH = re.compile(r"\.[0-9a-f]{12}$")
 
 
+_pm = format_mean_std  #: "mean ± std" of a (mean, std) pair, the one convention (kappalab.results)
+
+
 def label_of(key: str) -> str:
     """A run key without its identity hash (records written before run identities have no hash)."""
     return _HASH.sub("", key)
@@ -138,27 +141,28 @@ def markdown(summary: dict[str, Any], plan: "SweepPlan") -> str:
              f"spectral route {' + '.join(summary.get('spectral_routes') or ['-'])}; "
              "kappa from the stored spectra (squared singular values of the features, by SVD), rank k decided on K "
              "at rtol = N eps and used for H(theta_I); "
-             f"mean ± std over all finished runs (pairs x seeds; {MEAN_STD_CONVENTION}). Paper: full MNIST, reference only.", "",
+             f"mean ± std over all finished runs (pairs x seeds; {MEAN_STD_CONVENTION}). "
+             "Paper: full MNIST, reference only.", "",
              "| Method | runs | (i) up | (ii) down | RIR up | median RIR | paper (i) | paper (ii) | paper RIR |",
              "|---|---|---|---|---|---|---|---|---|"]
     for m, t in summary["table"].items():
         ref = PAPER_TABLE2[m]
-        lines.append(f"| {METHOD_LABELS[m]} | {t['n_runs']} | {format_mean_std(*t['term_i'])} | {format_mean_std(*t['term_ii'])} | "
-                     f"{format_mean_std(*t['rir'])} | {t['median_rir']:.4g} | " + " | ".join(format_mean_std(*x) for x in ref) + " |")
+        lines.append(f"| {METHOD_LABELS[m]} | {t['n_runs']} | {_pm(*t['term_i'])} | {_pm(*t['term_ii'])} | "
+                     f"{_pm(*t['rir'])} | {t['median_rir']:.4g} | " + " | ".join(_pm(*x) for x in ref) + " |")
     lines += ["", "The paper's ± convention (\"computed over 3 random seeds and averaged over all digit pairs\"): "
               "per seed, the mean over its pairs; then mean ± std of those seed means (a std over seeds only):", "",
               "| Method | seeds | (i) | (ii) | RIR | paper RIR |", "|---|---|---|---|---|---|"]
     for m, t in summary["table"].items():
-        lines.append(f"| {METHOD_LABELS[m]} | {t['n_seeds']} | {format_mean_std(*t['term_i_seed_means'])} | "
-                     f"{format_mean_std(*t['term_ii_seed_means'])} | {format_mean_std(*t['rir_seed_means'])} | "
-                     f"{format_mean_std(*PAPER_TABLE2[m][2])} |")
+        lines.append(f"| {METHOD_LABELS[m]} | {t['n_seeds']} | {_pm(*t['term_i_seed_means'])} | "
+                     f"{_pm(*t['term_ii_seed_means'])} | {_pm(*t['rir_seed_means'])} | "
+                     f"{_pm(*PAPER_TABLE2[m][2])} |")
     lines += ["", "RIR under other kappa definitions and rank tolerances (mean ± std): headline rule at rtol x0.1 "
               "and x10; each matrix its own rank (same spectra) at x0.1, x1, x10; the D x D pinv kappa of the shared "
               "evaluate (rtol D eps) at x0.1, x1, x10; the official code's shifted kappa (1e-6):", "",
               "| Method | x0.1 | x10 | own rank x0.1 | own rank | own rank x10 | DxD x0.1 | DxD | DxD x10 | "
               "shifted | time/run (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m, t in summary["table"].items():
-        lines.append(f"| {METHOD_LABELS[m]} | " + " | ".join(format_mean_std(*t[c]) for c in (
+        lines.append(f"| {METHOD_LABELS[m]} | " + " | ".join(_pm(*t[c]) for c in (
             "rir_rtol_x0.1", "rir_rtol_x10", "rir_own_rank_rtol_x0.1", "rir_own_rank", "rir_own_rank_rtol_x10",
             "rir_pinv_DxD_rtol_x0.1", "rir_pinv_DxD", "rir_pinv_DxD_rtol_x10", "rir_shifted", "total_s")) + " |")
     lines += ["", f"Figure 2 success counts (pairs whose seed-averaged log10 RIR exceeds log10 of the threshold; "

@@ -127,3 +127,32 @@ def test_arguments_are_checked(tmp_path: Path, workers_module) -> None:
         run_sweep([Job("a"), Job("a")], workers_module.square, tmp_path / "r.jsonl", progress=False)
     with pytest.raises(ValueError, match="workers"):
         run_sweep([Job("a")], workers_module.square, tmp_path / "r.jsonl", workers=0, progress=False)
+
+
+def test_progress_to_a_file_is_one_plain_line_per_run(tmp_path: Path, workers_module) -> None:
+    """Output to a file (not a terminal): runs done / total and an ETA, one line each, no carriage returns."""
+    import io
+
+    from kappalab.sweep import Progress
+
+    stream = io.StringIO()
+    bar = Progress(total=3, done=1, desc="demo", stream=stream)
+    bar.update()
+    bar.update()
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue() and len(lines) == 2
+    assert lines[0].startswith("demo: 2/3 runs done, ETA ") and lines[1].startswith("demo: 3/3 runs done, ETA 0m00s")
+    silent = io.StringIO()
+    Progress(total=3, done=0, desc="x", enabled=False, stream=silent).update()
+    assert silent.getvalue() == ""
+
+
+def test_a_second_sweep_on_one_store_is_refused(tmp_path: Path, workers_module) -> None:
+    from kappalab.results import StoreBusyError
+
+    store = RunStore(tmp_path / "runs.jsonl")
+    with store.lock():
+        with pytest.raises(StoreBusyError, match="in use by another run"):
+            run_sweep(make_jobs(1, tmp_path / "log"), workers_module.square, store, progress=False)
+    assert run_sweep(make_jobs(1, tmp_path / "log"), workers_module.square, store, progress=False).completed == 1

@@ -99,7 +99,7 @@ def data_errors(argument: str) -> Iterator[None]:
     ``argument``."""
     try:
         yield
-    except (ValueError, FileNotFoundError, OSError, ImportError) as error:
+    except (ValueError, FileNotFoundError, OSError, ImportError, RuntimeError) as error:
         raise UsageError(f"{argument}: {str(error).splitlines()[0] if str(error) else type(error).__name__}") \
             from None
 

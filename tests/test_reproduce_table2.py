@@ -32,7 +32,7 @@ def test_gram_spectrum_is_the_nonzero_spectrum(rng: np.random.Generator, n: int,
     top = full.max()
     np.testing.assert_allclose(np.sort(lam[lam > 1e-10 * top]), np.sort(full[full > 1e-10 * top]), rtol=1e-9,
                                err_msg=f"gram {lam!r}\nfull {full!r}")
-    assert table2.kappa_from_eigenvalues(lam) == pytest.approx(
+    assert table2.kappa_at_rank(lam, table2.rank_of(lam)) == pytest.approx(
         float(condition_number(X.T @ X, 1e-10, psd=True)), rel=1e-8)
 
 
@@ -72,7 +72,7 @@ def test_argument_errors_name_the_argument() -> None:
     with pytest.raises(ValueError, match="pool"):
         table2.pool_images(np.zeros((1, 784)), 3)
     with pytest.raises(ValueError, match="rtol"):
-        table2.kappa_from_eigenvalues(np.ones(3), rtol=0.0)
+        table2.rank_of(np.ones(3), rtol=1.5)
     assert table2.main(["--methods", "nope", "--quick"]) == 2
     assert sorted(table2.parse_pairs("all")) == [(a, b) for a in range(10) for b in range(10) if a != b]
 
@@ -191,7 +191,7 @@ def test_feature_spectrum_resolves_kappa_far_beyond_the_eigenvalue_floor(rng: np
     bound = 2 * 8 * np.finfo(np.float64).eps * s[0] / s
     np.testing.assert_array_less(np.abs(got - exact) / exact, bound,
                                  err_msg=f"svd {got!r}\nexact {exact!r}")
-    k = table2.kappa_from_eigenvalues(table2.feature_spectrum(F), rank=8)
+    k = table2.kappa_at_rank(table2.feature_spectrum(F), 8)
     assert k == pytest.approx(exact[0] / exact[7], rel=bound[-1])
     gram = np.sort(np.linalg.eigvalsh(F @ F.T))[::-1]
     assert abs(gram[7] - exact[7]) > 0.1 * exact[7], (gram[7], exact[7])

@@ -8,8 +8,8 @@ nonzero spectra of H and K without the D - N structural zeros. The headline kapp
 decides the rank k once per split, on K, at ``rtol = N eps`` (NumPy's convention), and uses the same k for
 ``H(theta_I)`` (rank(H) = rank(K) for an invertible theta).
 
-The rank rule, the pseudo-inverse kappa and the RIR here are this table's copies of the rules that
-``kappalab.kappa`` is to hold once (moved here unchanged from the former ``table2.py``).
+The rank rule, the pseudo-inverse kappa and Eq. 15's terms are :mod:`kappalab.kappa`'s; this module adds Table 2's
+choices: spectra stored ascending, and the rank decided on K and reused for H(theta_I).
 """
 
 from __future__ import annotations
@@ -18,46 +18,37 @@ import functools
 
 import numpy as np
 
+from kappalab import kappa as kp
+
 from .data import mnist_task
+
 
 def feature_spectrum(F: np.ndarray) -> np.ndarray:
     """The nonzero spectrum of ``H = F^T F`` (``F = X theta (+ 1 b^T)``; ``F = X``: of ``K``) without its
-    ``|D - N|`` structural zeros: the ``min(N, D)`` squared singular values of ``F`` (N x D), ascending.
+    ``|D - N|`` structural zeros, ascending (the stored form): :func:`kappalab.kappa.feature_spectrum`, the
+    ``min(N, D)`` squared singular values of ``F``.
 
-    Computed by the SVD of F, not by ``eigvalsh`` of the Gram matrix ``F F^T``: the Gram eigensolver's absolute
-    error is ~eps lambda_max, so it cannot resolve an eigenvalue below ~1e-15 lambda_max (kappa > ~1e15), whereas
-    the SVD's absolute error is ~eps sigma_max on sigma, i.e. it resolves lambda_k / lambda_1 down to ~eps^2.
-    Table 2's immunized H reach kappa ~1e17 (IMMA, Opt kappa): measured on pair 4-1, seed 0, IMMA, three runs whose
-    theta_I differ by 1e-11 (two spectral routes, two Adam kernels) gave RIR 0.60, 0.60, 0.57 from Gram
-    eigenvalues and 3.66689 (all six digits equal) from the SVD (``tests/test_reproduce_table2.py`` checks the
-    resolution against an exactly known spectrum)."""
-    return np.sort(np.linalg.svd(F, compute_uv=False) ** 2)
-
-
-def default_rtol(eigenvalues: np.ndarray) -> float:
-    """``n * eps(float64)`` for a Gram spectrum of length n: NumPy's ``matrix_rank`` convention, as in the core."""
-    return len(eigenvalues) * float(np.finfo(np.float64).eps)
+    By the SVD of F, not by ``eigvalsh`` of the Gram matrix ``F F^T``: the Gram eigensolver's absolute error is
+    ~eps lambda_max, so it cannot resolve an eigenvalue below ~1e-15 lambda_max (kappa > ~1e15), whereas the SVD's
+    absolute error is ~eps sigma_max on sigma, i.e. it resolves lambda_k / lambda_1 down to ~eps^2. Table 2's
+    immunized H reach kappa ~1e17 (IMMA, Opt kappa): measured on pair 4-1, seed 0, IMMA, three runs whose theta_I
+    differ by 1e-11 (two spectral routes, two Adam kernels) gave RIR 0.60, 0.60, 0.57 from Gram eigenvalues and
+    3.66689 (all six digits equal) from the SVD (``tests/test_reproduce_table2.py`` checks the resolution against
+    an exactly known spectrum)."""
+    return np.sort(np.asarray(kp.feature_spectrum(F)))
 
 
-def numerical_rank(eigenvalues: np.ndarray, rtol: float | None = None) -> int:
-    """Number of eigenvalues above ``rtol * max`` (``rtol=None``: :func:`default_rtol`)."""
-    lam = np.asarray(eigenvalues, dtype=np.float64)
-    rtol = default_rtol(lam) if rtol is None else rtol
-    if not rtol > 0:
-        raise ValueError(f"rtol must be > 0, got {rtol!r}")
-    if not lam.max() > 0:
-        raise ValueError("eigenvalues: the matrix is zero (no positive eigenvalue)")
-    return int(np.sum(lam > rtol * lam.max()))
+def rank_of(spectrum: np.ndarray, rtol: float | None = None) -> int:
+    """The numerical rank of a stored spectrum by :mod:`kappalab.kappa`'s rule (``rtol=None``: ``n eps``); a zero
+    spectrum is an error."""
+    lam = kp.descending(np.asarray(spectrum, dtype=np.float64))
+    kp.check_nonzero(lam[0], "spectrum")
+    return int(kp.numerical_rank(lam, kp.rank_threshold(lam[0], kp.resolve_rtol(rtol, lam))))
 
 
-def kappa_from_eigenvalues(eigenvalues: np.ndarray, rtol: float | None = None, rank: int | None = None) -> float:
-    """Eq. 1 with the pseudo-inverse: ``lambda_1 / lambda_k``, ``k`` = ``rank`` if given, else
-    :func:`numerical_rank` at ``rtol``."""
-    lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
-    k = numerical_rank(lam, rtol) if rank is None else int(rank)
-    if not 1 <= k <= len(lam) or not lam[k - 1] > 0:
-        raise ValueError(f"rank must be in 1..{len(lam)} with a positive k-th eigenvalue, got {k}")
-    return float(lam[0] / lam[k - 1])
+def kappa_at_rank(spectrum: np.ndarray, rank: int) -> float:
+    """``lambda_1 / lambda_rank`` (:func:`kappalab.kappa.kappa_of_spectrum`)."""
+    return float(kp.kappa_of_spectrum(np.asarray(spectrum, dtype=np.float64), rank=int(rank)))
 
 
 SPECTRA = ("K_P", "K_H", "H_P", "H_H")
@@ -74,18 +65,19 @@ def rir_from_spectra(spectra: dict[str, np.ndarray], rtol: float | None = None, 
     """
     k = {}
     for split in ("P", "H"):
-        rank = numerical_rank(spectra[f"K_{split}"], rtol)
-        k[f"K_{split}"] = kappa_from_eigenvalues(spectra[f"K_{split}"], rank=rank)
-        k[f"H_{split}"] = kappa_from_eigenvalues(spectra[f"H_{split}"], rtol, rank if rank_from_K else None)
+        rank = rank_of(spectra[f"K_{split}"], rtol)
+        own = rank if rank_from_K else rank_of(spectra[f"H_{split}"], rtol)
+        k[f"K_{split}"] = kappa_at_rank(spectra[f"K_{split}"], rank)
+        k[f"H_{split}"] = kappa_at_rank(spectra[f"H_{split}"], own)
         k[f"rank_{split}"] = rank
-    term_i, term_ii = k["H_H"] / k["K_H"], k["H_P"] / k["K_P"]
-    return {"term_i": term_i, "term_ii": term_ii, "rir": term_i / term_ii,
+    term_i, term_ii, rir = kp.rir_terms(k["H_H"], k["K_H"], k["H_P"], k["K_P"])
+    return {"term_i": term_i, "term_ii": term_ii, "rir": rir,
             **{(n if n.startswith("rank") else f"kappa_{n}"): v for n, v in k.items()}}
 
 
 def rtol_sensitivity(spectra: dict[str, np.ndarray], rtol: float | None = None) -> dict[str, float]:
     """RIR at ``rtol`` (None: ``n eps``) and at 10x / 0.1x of it, with the rank from K and with each matrix's own."""
-    base = default_rtol(spectra["K_P"]) if rtol is None else rtol
+    base = kp.default_rtol(spectra["K_P"]) if rtol is None else rtol
     out = {}
     for f in (0.1, 1.0, 10.0):
         out[f"rir_rtol_x{f:g}"] = rir_from_spectra(spectra, base * f)["rir"]

@@ -74,7 +74,7 @@ def test_regression_counterexample_violates_claim_exactly():
     assert bound == sp.Rational(1, 20) and bound < 1 / ((1 - sp.Rational(1, 2)) * K[0])
     eta = sp.Rational(999, 1000) * bound
     k0, k1, h1 = diag_theta_step([1, 1], K, eta, grad_r_well)
-    assert k1 > k0, f"exact: kappa {k0} -> {k1}, H' = diag({h1})"
+    assert k1 > k0 and k1 == sp.Rational(528954001000, 480541579331), f"exact: kappa {k0} -> {k1}, H' = diag({h1})"
     EV.counterexample("theta = I, K = diag(1, 10/11), eta = 0.999/20", "exact (sympy)", kappa_before=k0,
                       kappa_after=k1, kappa_after_float=float(k1), H_after=h1, claimed="decrease")
 

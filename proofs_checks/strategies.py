@@ -178,16 +178,20 @@ def diagonal_theta_k(theta_diag, K_diag) -> ThetaK:
 
 
 @st.composite
-def h_near_ties(draw, *, dims: tuple[int, int] = (2, 4), max_log_kappa: float = 3.0,
-                scale: tuple[float, float] = (-3.0, 3.0)) -> ThetaK:
-    """theta and K with the spectrum h of ``H = theta^T K theta`` DRAWN, with a near-tie in its top or bottom pair
-    (relative gap 10^-j, j = 1..12): ``K = Q diag(g) Q^T`` (g drawn), ``theta = Q diag(sqrt(h/g)) V^T``, so that
-    ``H = V diag(h) V^T``. Drawing theta's and K's spectra (as :func:`thetas_and_covariances` does) reaches a
-    near-tie in H only by chance."""
+def thetas_with_h_spectrum(draw, *, dims: tuple[int, int] = (2, 4), **spectrum_kw) -> ThetaK:
+    """theta and K with the spectrum h of ``H = theta^T K theta`` DRAWN (:func:`spectra`, full rank):
+    ``K = Q diag(g) Q^T`` (g drawn, kappa(K) <= 1e3), ``theta = Q diag(sqrt(h/g)) V^T``, so that
+    ``H = V diag(h) V^T`` and ``h = theta.s^2 * K.s``. Drawing theta's and K's spectra (as
+    :func:`thetas_and_covariances` does) reaches near-ties or gaps of H only by chance."""
     D = draw(st.integers(*dims))
-    h, fam = draw(spectra(D, rank="full", max_log_kappa=max_log_kappa, scale=scale,
-                          corners=("near-tie-top", "near-tie-bottom")))
+    h, fam = draw(spectra(D, rank="full", **spectrum_kw))
     g, _ = draw(spectra(D, rank="full", max_log_kappa=3.0, scale=(-1.0, 1.0)))
     Q, V = (haar_orthogonal(D, draw(st.integers(0, 2**32 - 1))) for _ in range(2))
     theta = SpectralMatrix(np.sqrt(h / g), Q, V, f"H[{fam}]")
     return ThetaK(theta, SpectralMatrix(g, Q, Q, "psd,drawn-with-H"))
+
+
+def h_near_ties(dims: tuple[int, int] = (2, 4)) -> st.SearchStrategy[ThetaK]:
+    """:func:`thetas_with_h_spectrum` with a near-tie (relative gap 10^-j, j = 1..12) in H's top or bottom pair."""
+    return thetas_with_h_spectrum(dims=dims, max_log_kappa=3.0, scale=(-3.0, 3.0),
+                                  corners=("near-tie-top", "near-tie-bottom"))

@@ -121,7 +121,8 @@ def measure_bound(problem: StepProblem, case: Any, ev: Evidence, keys: tuple[str
     """Record ``eta_max / bound`` for ``case`` under ``eta_max/bound[<key>]`` for each key (default: the first
     three fields of the family). Returns the ratio (``inf``: no failure up to 1000 bound); None when the bound is
     vacuous (<= 0 in 80 digits). A float64 failure inside the bound that 80 digits refute (a singular value lost
-    to rounding) is not a result: the scan continues from there in 80 digits.
+    to rounding) is not a result: the float64 scan resumes past it. Critical steps below the first failure are
+    evaluated in 80 digits.
 
     With ``expect_sufficient`` (claims whose verdict is "holds"), a failing step inside the bound that survives
     the 80-digit re-check fails the test: the measurement doubles as a search for counterexamples.
@@ -143,33 +144,34 @@ def measure_bound(problem: StepProblem, case: Any, ev: Evidence, keys: tuple[str
         except FLOAT_TROUBLE:
             critical = []
     grid = scan_grid(bound, critical)
-    first = first_failure(lambda eta: problem.float_ok(case, eta), [bound * g for g in grid])
-    ratio, where = first / bound, "grid"
+    etas = [bound * g for g in grid]
+    first, where = first_failure(lambda eta: problem.float_ok(case, eta), etas), "grid"
     with workdps():
         mp_bound = problem.bound(case, True)
+        while first < bound:  # a failure inside the bound: re-decide just past it in 80 digits
+            k0, k1 = problem.kappas(case, mp_bound * min(first / bound * (1 + 1e-6), 1 - 1e-9), True)
+            if not problem.monotone(k0, k1, mp=True):
+                break
+            # float64 lost a singular value to rounding: not real; the float64 scan resumes past it
+            ev.note(f"{problem.claim}: a float64-only failure inside the bound was refuted in {MP_LABEL}; the "
+                    "scan resumed past it")
+            first = first_failure(lambda eta: problem.float_ok(case, eta), etas, start=first * (1 + 1e-6))
+            where = "grid, past a float64 artifact"
         for eta_c in sorted(x for x in problem.critical(case, True) if x > 0):
             if float(eta_c) > first * (1 + 1e-6):
                 break
             k0, k1 = problem.kappas(case, eta_c, True)
             if not problem.monotone(k0, k1, mp=True):
-                ratio, where = float(eta_c / mp_bound), "critical"
+                first, where = eta_c, "critical"
                 break
-        if ratio < 1 and where == "grid":  # re-decide just past the float64 failure point in 80 digits
-            k0, k1 = problem.kappas(case, mp_bound * min(ratio * (1 + 1e-6), 1 - 1e-9), True)
-            if problem.monotone(k0, k1, mp=True):  # float64 lost a singular value to rounding: not real
-                ev.note(f"{problem.claim}: a float64-only failure inside the bound was refuted in {MP_LABEL}; "
-                        "the scan went on in 80 digits")
-                refuted = mp_bound * min(ratio * (1 + 1e-6), 1 - 1e-9)
-                first = first_failure(lambda eta: problem.monotone(*problem.kappas(case, eta, True), mp=True),
-                                      [mp_bound * g for g in grid], start=refuted)
-                ratio, where = float(first / mp_bound), "80-digit scan"
+        ratio = float(first / mp_bound) if where == "critical" else first / bound
         if expect_sufficient:
             assert ratio >= 1 - 1e-12, (
                 f"{problem.claim} violated in {MP_LABEL} inside the stated bound: eta = {ratio!r} * bound "
                 f"({fmt(mp_bound)}), found on the {where}\n{case!r}")
     for key in keys:
         ev.sample(f"eta_max/bound [{key}]", ratio)
-    ev.case(family_of(case) + f",measure,{where}", "float64" if where == "grid" else MP_LABEL)
+    ev.case(family_of(case) + f",measure,{where}", "float64" if where.startswith("grid") else MP_LABEL)
     return ratio
 
 

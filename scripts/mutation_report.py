@@ -1,10 +1,10 @@
 """Write docs/mutation.json and docs/mutation.md from mutmut 3's results (called by scripts/mutation.sh).
 
-Per module: killed / survived (incl. "no tests") / timeout / other, the score ``(killed + timeout) / (checked -
-equivalent)`` (a timeout counts as killed: the mutant made the tests hang, which a test run detects), and every survivor with its diff and a
-one-line reason from ``scripts/mutation_reasons.json`` (``{"<mutant name>": "equivalent: ..."}`` or
-``"killed by tests/test_mut_core.py::..."`` once a new test kills it); a survivor without a reason is listed as
-UNEXPLAINED.
+Per module: killed / survived (incl. "no tests") / timeout / not checked, the score
+``(killed + timeout) / (checked - equivalent)`` (a timeout counts as killed: the mutant made the tests hang, which
+a test run detects), and every survivor with its diff and a one-line reason from
+``scripts/mutation_reasons.json`` (``{"<mutant name>": "equivalent: ..."}``); a survivor without a reason is listed
+as UNEXPLAINED. Mutants that a later test kills show up as killed on the next run.
 """
 
 from __future__ import annotations

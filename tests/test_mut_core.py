@@ -102,3 +102,11 @@ def test_preconditioned_step_cholesky_errors_name_the_matrix(to) -> None:
     # ridge = 1/2 and K + ridge I = diag(3/2, -1/2) still indefinite: the message names K + ridge * I, no hint
     with pytest.raises(ValueError, match=r"^K \+ ridge \* I is not positive definite \(Cholesky failed[^)]*\)$"):
         kl.preconditioned_step(theta, to(np.diag([1.0, -1.0])), G, 0.1, ridge=0.5)
+
+
+def test_preconditioned_step_without_checks_does_not_scan_for_finiteness() -> None:
+    # check=False skips the finiteness scan (documented: it costs a device sync in hot loops): a NaN in grad
+    # propagates to the result instead of raising in the solver.
+    G = np.array([[np.nan, 0.0], [0.0, 1.0]])
+    out = kl.preconditioned_step(np.eye(2), np.diag([2.0, 4.0]), G, 0.5, check=False)
+    assert np.isnan(out[0, 0]) and out[1, 1] == 1 - 0.5 / 4

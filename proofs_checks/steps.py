@@ -121,8 +121,8 @@ def measure_bound(problem: StepProblem, case: Any, ev: Evidence, keys: tuple[str
     """Record ``eta_max / bound`` for ``case`` under ``eta_max/bound[<key>]`` for each key (default: the first
     three fields of the family). Returns the ratio (``inf``: no failure up to 1000 bound); None when the bound is
     vacuous (<= 0 in 80 digits). A float64 failure inside the bound that 80 digits refute (a singular value lost
-    to rounding) is not a result: the float64 scan resumes past it. Critical steps below the first failure are
-    evaluated in 80 digits.
+    to rounding) is not a result: the rest of the bound is scanned in 80 digits, the steps beyond it in float64.
+    Critical steps below the first failure are evaluated in 80 digits.
 
     With ``expect_sufficient`` (claims whose verdict is "holds"), a failing step inside the bound that survives
     the 80-digit re-check fails the test: the measurement doubles as a search for counterexamples.
@@ -152,10 +152,17 @@ def measure_bound(problem: StepProblem, case: Any, ev: Evidence, keys: tuple[str
             k0, k1 = problem.kappas(case, mp_bound * min(first / bound * (1 + 1e-6), 1 - 1e-9), True)
             if not problem.monotone(k0, k1, mp=True):
                 break
-            # float64 lost a singular value to rounding: not real; the float64 scan resumes past it
-            ev.note(f"{problem.claim}: a float64-only failure inside the bound was refuted in {MP_LABEL}; the "
-                    "scan resumed past it")
-            first = first_failure(lambda eta: problem.float_ok(case, eta), etas, start=first * (1 + 1e-6))
+            # float64 lost a singular value to rounding: not real. The rest of the bound is scanned in 80 digits
+            # (a float64 artifact region is contiguous: resuming in float64 would crawl through it), the steps
+            # beyond it in float64 again.
+            ev.note(f"{problem.claim}: a float64-only failure inside the bound was refuted in {MP_LABEL}")
+            inside = [mp_bound * g for g in grid if first / bound < g < 1]
+            first = first_failure(lambda eta: problem.monotone(*problem.kappas(case, eta, True), mp=True), inside,
+                                  start=mp_bound * first / bound)
+            if first < mp_bound:
+                where = "80-digit scan"
+                break
+            first = first_failure(lambda eta: problem.float_ok(case, eta), etas, start=bound)
             where = "grid, past a float64 artifact"
         for eta_c in sorted(x for x in problem.critical(case, True) if x > 0):
             if float(eta_c) > first * (1 + 1e-6):
@@ -164,7 +171,7 @@ def measure_bound(problem: StepProblem, case: Any, ev: Evidence, keys: tuple[str
             if not problem.monotone(k0, k1, mp=True):
                 first, where = eta_c, "critical"
                 break
-        ratio = float(first / mp_bound) if where == "critical" else first / bound
+        ratio = first / bound if where.startswith("grid") else float(first / mp_bound)
         if expect_sufficient:
             assert ratio >= 1 - 1e-12, (
                 f"{problem.claim} violated in {MP_LABEL} inside the stated bound: eta = {ratio!r} * bound "

@@ -10,6 +10,9 @@ approaches k/2 from below, where it admits steps that flip s_k' past the other e
 Verdict: fails. Exact counterexample: theta = I, K = diag(279/100, 23/10, 37/25) (k = 3, s_min = 1.48 < 3/2),
 eta = 1/4 of the stated bound: kappa 1.885 -> 1.872. Corrected, scale-consistent bound (checked):
 ``eta < k d^2 / (2 (k-1) s_min)`` (then ``0 < 1 - 2 eta (k-1) s_min/(k d^2) < 1``: s_min shrinks, the rest grow).
+At the bound s_k' = 0 and the rank drops; whether kappa then falls depends on how much the top grew
+(``s_1' = s_1 (1 + kappa/(k-1))^2`` there): on the regression K it falls, so the corrected bound is tight there
+(witnesses), while e.g. for kappa(H) ~ 1e4 kappa keeps rising past the drop (measured: eta_max = inf).
 """
 
 from __future__ import annotations

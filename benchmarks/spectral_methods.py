@@ -2,7 +2,10 @@
 
 A *problem* is one shape ``(D, N)``: data ``X`` (``N x D``), ``theta = I + 0.3 G / sqrt(D)``, ``K = X^T X``,
 ``H = theta^T K theta`` and the next optimizer-like step ``theta' = theta - 1e-3 G' / sqrt(D)`` (for warm starts),
-with a float64 dense reference of the extreme eigenvalues of ``H'``. A *method* maps a problem to
+with a float64 reference of the extreme eigenvalues of ``H'`` by an algorithm that no method uses: LAPACK's
+bisection ``syevx`` (SciPy ``eigh(driver="evx")``, all eigenvalues), rank by kappalab's documented rule
+(eigenvalues above ``D * eps * lambda_max``); ``benchmarks/test_accuracy.py`` checks that reference against
+mpmath at small D. A *method* maps a problem to
 ``(s_max, s_min)`` of ``H'`` (``s_min = None`` where the method cannot give it) and documents its tolerance:
 the relative error it must meet against the reference (``None``: reported, not checked, for methods known not
 to converge; see ``docs/benchmarks.md``).
@@ -60,8 +63,19 @@ def make_problem(D: int, N: int, seed: int = 0) -> Problem:
     theta = theta0 - 1e-3 * rng.standard_normal((D, D)) / np.sqrt(D)
     K = X.T @ X
     H0, H = _sym(theta0.T @ K @ theta0), _sym(theta.T @ K @ theta)
-    ref = psd_extremes(H, solver="eigh")
-    return Problem(D, N, X, theta0, theta, K, H0, H, float(ref.s_max), float(ref.s_min), int(ref.rank))
+    ref_max, ref_min, rank = reference_extremes(H)
+    return Problem(D, N, X, theta0, theta, K, H0, H, ref_max, ref_min, rank)
+
+
+def reference_extremes(H: np.ndarray) -> tuple[float, float, int]:
+    """``(lambda_max, lambda_k, k)`` of the PSD matrix H by bisection (``syevx``, independent of every method:
+    NumPy/torch use divide and conquer ``syevd``, the ``evr`` method MRRR); k counts eigenvalues above
+    ``D * eps * lambda_max``."""
+    from scipy.linalg import eigh
+
+    lam = eigh(H, driver="evx", eigvals_only=True, check_finite=False)[::-1]
+    nonzero = lam[lam > H.shape[0] * np.finfo(float).eps * lam[0]]
+    return float(lam[0]), float(nonzero[-1]), int(nonzero.size)
 
 
 @dataclass(frozen=True)

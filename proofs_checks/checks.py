@@ -56,3 +56,29 @@ def mp_ok(lhs, rhs, strict: bool = False) -> bool:
 def mp_log(x):
     """log that works for floats and mpf (mpmath's, exact enough for both)."""
     return mp.log(x)
+
+
+def scale_side(sides: Sides, c: float, side: str) -> Sides:
+    """A built-in mutant of an inequality ``lhs <= rhs``: the bound (``side``, "lhs" or "rhs") times ``c``."""
+    if side == "lhs":
+        return lambda e: (lambda l, r: (c * l, r))(*sides(e))
+    return lambda e: (lambda l, r: (l, c * r))(*sides(e))
+
+
+def assert_slack(claim: str, sides: Sides, sm: SpectralMatrix, ev: Evidence, lo: float, hi: float) -> None:
+    """On a witness: the inequality holds (:func:`confirm_le`) and its slack ``rhs / lhs`` (80 digits) lies in
+    ``[lo, hi]`` (lo to 1e-20, the 80-digit SVD's resolution): where the bound is tight (lo = 1) or how
+    conservative it is, asserted as a range."""
+    confirm_le(claim, sides, sm, ev)
+    with workdps():
+        lhs, rhs = sides(mp_extremes(mp_spectral(sm)))
+        ratio = rhs / lhs
+        inside = lo * (1 - mp.mpf(10) ** -20) <= ratio <= hi
+    assert inside, f"{claim}: slack rhs/lhs = {fmt(ratio)} outside [{lo}, {hi}]\n{sm!r}"
+    ev.sample("witness slack rhs/lhs", float(ratio))
+
+
+def diagonal(s) -> SpectralMatrix:
+    """The witness ``diag(s)`` (s descending)."""
+    n = len(s)
+    return SpectralMatrix(np.array(s, dtype=float), np.eye(n), np.eye(n), "witness")

@@ -151,3 +151,22 @@ def theta_step(kind: str, theta, K, eta, ext) -> tuple[Any, Any]:
     e = ext(H)
     theta1 = theta - eta * solve(K, grad_theta(kind, theta, K, e, H))
     return e, ext(hessian(theta1, K))
+
+
+def eq10(theta: np.ndarray, K: np.ndarray, reading: str = "proof") -> np.ndarray:
+    """Prop. 3.2 / Eq. 10 transcribed: ``sigma_i = sum_j (s_i (u_i^T q_j) gamma_j)^2`` with ``s_i, u_i`` from
+    theta's SVD (descending) and ``q_j, lambda_j`` from K's eigendecomposition; ``gamma_j = sqrt(lambda_j)``
+    (the proof's ``K = Q Gamma^2 Q^T``) or ``gamma_j = lambda_j`` (the main text's "singular value of K").
+    K is PSD; eigenvalues that rounding pushed below 0 (|lambda| ~ eps lambda_max) count as 0."""
+    U, s, _ = np.linalg.svd(theta)
+    lam, Q = np.linalg.eigh(K)
+    lam = np.maximum(lam, 0.0)
+    gamma = np.sqrt(lam) if reading == "proof" else lam
+    return ((s[:, None] * (U.T @ Q) * gamma[None, :]) ** 2).sum(axis=1)
+
+
+def rir(theta: np.ndarray, K_P: np.ndarray, K_H: np.ndarray) -> float:
+    """Eq. 15: ``[kappa(H_H(theta)) / kappa(K_H)] / [kappa(H_P(theta)) / kappa(K_P)]`` (H(I) = K)."""
+    def kap(A):
+        return kappa(ext64(A))
+    return (kap(hessian(theta, K_H)) / kap(K_H)) / (kap(hessian(theta, K_P)) / kap(K_P))

@@ -51,12 +51,13 @@ class SpectralMatrix:
 
 @st.composite
 def spectra(draw, p: int, *, rank: str = "full", min_rank: int = 1, ties: bool = False,
-            min_gap: float = 0.0, max_log_kappa: float = 8.0, scale: tuple[float, float] = (-6.0, 6.0)
-            ) -> tuple[np.ndarray, str]:
+            min_gap: float = 0.0, max_log_kappa: float = 8.0, scale: tuple[float, float] = (-6.0, 6.0),
+            corners: tuple[str, ...] | None = None) -> tuple[np.ndarray, str]:
     """A descending spectrum of length ``p`` and its family label.
 
     ``rank``: ``"full"`` (k = p), ``"deficient"`` (min_rank <= k < p) or ``"any"``. ``min_gap``: the relative
     gaps ``(s_1 - s_2)/s_1`` and ``(s_{k-1} - s_k)/s_{k-1}`` are at least this (for gradient checks).
+    ``corners``: restrict the corner drawn when k > 1 (e.g. ``("near-tie-top", "near-tie-bottom")``).
     """
     lo_k = max(1, min_rank)
     if rank == "full":
@@ -75,6 +76,8 @@ def spectra(draw, p: int, *, rank: str = "full", min_rank: int = 1, ties: bool =
         choices = ["generic", "near-tie-top", "near-tie-bottom", "huge-kappa"] + (["tie"] if ties else [])
         if min_gap > 0:
             choices = ["generic", "huge-kappa"]
+        if corners is not None:
+            choices = [c for c in choices if c in corners]
         corner = draw(st.sampled_from(choices))
         j = draw(st.integers(1, 12))
         if corner == "huge-kappa":
@@ -172,3 +175,23 @@ def diagonal_theta_k(theta_diag, K_diag) -> ThetaK:
     order_t, order_k = np.argsort(-t), np.argsort(-k)
     It, Ik = np.eye(t.size)[:, order_t], np.eye(k.size)[:, order_k]
     return ThetaK(SpectralMatrix(t[order_t], It, It, "regression"), SpectralMatrix(k[order_k], Ik, Ik, "regression"))
+
+
+@st.composite
+def thetas_with_h_spectrum(draw, *, dims: tuple[int, int] = (2, 4), **spectrum_kw) -> ThetaK:
+    """theta and K with the spectrum h of ``H = theta^T K theta`` DRAWN (:func:`spectra`, full rank):
+    ``K = Q diag(g) Q^T`` (g drawn, kappa(K) <= 1e3), ``theta = Q diag(sqrt(h/g)) V^T``, so that
+    ``H = V diag(h) V^T`` and ``h = theta.s^2 * K.s``. Drawing theta's and K's spectra (as
+    :func:`thetas_and_covariances` does) reaches near-ties or gaps of H only by chance."""
+    D = draw(st.integers(*dims))
+    h, fam = draw(spectra(D, rank="full", **spectrum_kw))
+    g, _ = draw(spectra(D, rank="full", max_log_kappa=3.0, scale=(-1.0, 1.0)))
+    Q, V = (haar_orthogonal(D, draw(st.integers(0, 2**32 - 1))) for _ in range(2))
+    theta = SpectralMatrix(np.sqrt(h / g), Q, V, f"H[{fam}]")
+    return ThetaK(theta, SpectralMatrix(g, Q, Q, "psd,drawn-with-H"))
+
+
+def h_near_ties(dims: tuple[int, int] = (2, 4)) -> st.SearchStrategy[ThetaK]:
+    """:func:`thetas_with_h_spectrum` with a near-tie (relative gap 10^-j, j = 1..12) in H's top or bottom pair."""
+    return thetas_with_h_spectrum(dims=dims, max_log_kappa=3.0, scale=(-3.0, 3.0),
+                                  corners=("near-tie-top", "near-tie-bottom"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import mpmath as mp
 from hypothesis import given
 
-from .checks import confirm_le
+from .checks import assert_slack, confirm_le, diagonal, scale_side
 from .evidence import Evidence
 from .paper import ill_den
 from .profiles import budget
@@ -19,11 +19,23 @@ from .strategies import spectral_matrices
 EV = Evidence("LB.1")
 
 
+def sides(e):
+    r_prime = -ill_den(e)
+    return e.s_min / e.s_max, mp.exp(e.rank / (e.rank - 1) * r_prime / e.s_max**2)
+
+
 @budget(40)
 @given(sm=spectral_matrices(min_rank=2, rank="any", max_log_kappa=12))
 def test_inverse_kappa_at_most_exp_of_scaled_r_ill_prime(sm):
-    def sides(e):
-        r_prime = -ill_den(e)
-        return e.s_min / e.s_max, mp.exp(e.rank / (e.rank - 1) * r_prime / e.s_max**2)
-
     confirm_le("LB.1", sides, sm, EV)
+
+
+def bound_location(c: float = 1.0) -> None:
+    """Tight as kappa -> 1 with s_1 = ... = s_{k-1}: then the exponent is -(1 - 1/kappa^2)/2 and both sides are
+    1 - t + O(t^2) for kappa = 1/(1 - t); slack 1 + 1e-8 at t = 1e-4."""
+    for s in ([1.0, 1.0, 1 - 1e-4], [1.0, 1 - 1e-4]):
+        assert_slack("LB.1", scale_side(sides, c, "rhs"), diagonal(s), EV, 1.0, 1 + 1e-6)
+
+
+def test_bound_is_tight_as_kappa_tends_to_one():
+    bound_location()

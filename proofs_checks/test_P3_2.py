@@ -1,9 +1,14 @@
 """P3.2 (Prop. 3.2, Eq. 10): the singular values of ``H = theta^T K theta`` are
 ``sigma_i = sum_j (s_theta,i (u_theta,i^T q_j) gamma_j)^2``.
 
-Verdict: fails (both readings of gamma_j). Review's counterexample reproduced exactly: theta = 45-degree
-rotation (U = theta, V = I), K = diag(4, 1): eig(H) = {4, 1}, proof reading gives (5/2, 5/2), main-text reading
-(17/2, 17/2). Correct replacement (checked): under the proof reading Eq. 10 is the diagonal of
+Verdict: fails (both readings of gamma_j). Headline counterexample, exact and independent of the SVD chosen:
+theta = U diag(2, 1) with U = [[3/5, -4/5], [4/5, 3/5]], K = diag(4, 1). theta's singular values (2, 1) and K's
+eigenvalues (4, 1) are distinct, so u_i and q_j are unique up to sign and Eq. 10 (which sees them only through
+(u_i^T q_j)^2) has one value per reading: (208/25, 73/25) (proof) and (128/5, 53/5) (main text), while
+eig(H) = (281 +- 9 sqrt(481))/50 = (9.567..., 1.672...). Secondary: the review's 45-degree rotation (U = theta,
+V = I), K = diag(4, 1): eig(H) = {4, 1}, proof reading (5/2, 5/2), main-text reading (17/2, 17/2); caveat: its
+singular values are equal (1, 1), so its SVD is not unique, and with the equally valid choice U = I,
+V = theta^T the proof reading gives exactly (4, 1). Correct replacement (checked): under the proof reading Eq. 10 is the diagonal of
 ``M = Sigma U^T K U Sigma`` (similar to H), so it is majorized by eig(H) (Schur-Horn; equal sums = trace) and
 equals eig(H) iff M is diagonal (e.g. U's columns are eigenvectors of K).
 """
@@ -14,9 +19,9 @@ import numpy as np
 import sympy as sp
 from hypothesis import given
 
-from kappalab import eq10_singular_values, hessian
-
+from . import exact
 from .evidence import Evidence
+from .paper import eq10, hessian
 from .profiles import budget
 from .strategies import thetas_and_covariances
 
@@ -24,7 +29,34 @@ EV = Evidence("P3.2")
 CASES = thetas_and_covariances(theta_kw={"rank": "full", "max_log_kappa": 3}, K_kw={"max_log_kappa": 3})
 
 
+def test_counterexample_with_distinct_singular_values_exact():
+    U0 = sp.Matrix([[3, -4], [4, 3]]) / 5
+    theta, K = U0 * sp.diag(2, 1), sp.diag(4, 1)
+    assert exact.singular_values(theta) == [2, 1]  # distinct: u_1, u_2 unique up to sign
+    # u_i from the exact eigenvectors of theta theta^T (not from how theta was built), q_j from K's
+    G = theta * theta.T
+    u = [sp.Matrix((G - lam * sp.eye(2)).nullspace()[0]).normalized() for lam in (4, 1)]
+    assert [sp.simplify((theta.T * u[i]).norm()) for i in range(2)] == [2, 1]  # ||theta^T u_i|| = s_i
+    q, lam = [sp.Matrix([1, 0]), sp.Matrix([0, 1])], [4, 1]
+    assert all(K * q[j] == lam[j] * q[j] for j in range(2))
+    s = [2, 1]
+    proof = [sp.nsimplify(sum((s[i] * (u[i].T * q[j])[0] * sp.sqrt(lam[j])) ** 2 for j in range(2)))
+             for i in range(2)]
+    main = [sp.nsimplify(sum((s[i] * (u[i].T * q[j])[0] * lam[j]) ** 2 for j in range(2))) for i in range(2)]
+    eig_H = sorted((theta.T * K * theta).eigenvals(multiple=True), key=lambda x: -float(x))
+    root = 9 * sp.sqrt(481)
+    assert [sp.simplify(x) for x in eig_H] == [(281 + root) / 50, (281 - root) / 50]
+    assert proof == [sp.Rational(208, 25), sp.Rational(73, 25)] and main == [sp.Rational(128, 5), sp.Rational(53, 5)]
+    assert sum(proof) == sp.simplify(sum(eig_H))  # Schur-Horn: equal traces, different entries
+    assert set(proof).isdisjoint(eig_H) and set(main).isdisjoint(eig_H)
+    EV.counterexample("headline: theta = [[3/5,-4/5],[4/5,3/5]] diag(2, 1), K = diag(4, 1) (distinct singular "
+                      "values: SVD unique up to sign)", "exact (sympy)", eig_H=eig_H, eq10_proof_reading=proof,
+                      eq10_main_text_reading=main)
+
+
 def test_review_counterexample_rotation_45_degrees_exact():
+    # Secondary: theta's singular values are equal (1, 1), so its SVD is NOT unique; with U = I, V = theta^T the
+    # proof reading gives exactly eig(H) = (4, 1). The headline example above has no such freedom.
     c = sp.sqrt(2) / 2
     theta = sp.Matrix([[c, -c], [c, c]])  # SVD: U = theta, Sigma = I, V = I
     K = sp.diag(4, 1)  # K = Q Gamma^2 Q^T with Q = I
@@ -34,8 +66,12 @@ def test_review_counterexample_rotation_45_degrees_exact():
              for i in range(2)]
     main = [sp.simplify(sum((s[i] * (U[:, i].T * q[j])[0] * lam[j]) ** 2 for j in range(2))) for i in range(2)]
     assert eig_H == [4, 1] and proof == [sp.Rational(5, 2)] * 2 and main == [sp.Rational(17, 2)] * 2
-    EV.counterexample("review: theta = R(45 deg), K = diag(4, 1)", "exact (sympy)", eig_H=eig_H,
-                      eq10_proof_reading=proof, eq10_main_text_reading=main)
+    eye = [sp.Matrix([1, 0]), sp.Matrix([0, 1])]  # the other valid SVD: U = I
+    other = [sum((s[i] * (eye[i].T * q[j])[0] * sp.sqrt(lam[j])) ** 2 for j in range(2)) for i in range(2)]
+    assert other == [4, 1]
+    EV.counterexample("secondary (SVD not unique: equal singular values): theta = R(45 deg), K = diag(4, 1)",
+                      "exact (sympy)", eig_H=eig_H, eq10_proof_reading=proof, eq10_main_text_reading=main,
+                      proof_reading_with_U_equal_I=other)
 
 
 @budget(30)
@@ -44,11 +80,11 @@ def test_eq10_proof_reading_is_diagonal_of_sigma_ut_k_u_sigma_and_majorized_by_s
     theta, K = case.theta.matrix, case.K.matrix
     U, s, _ = np.linalg.svd(theta)
     M = (s[:, None] * (U.T @ K @ U)) * s[None, :]
-    eq10 = eq10_singular_values(theta, K, reading="proof")
+    sigma = eq10(theta, K, reading="proof")
     lam = np.sort(np.linalg.eigvalsh(hessian(theta, K)))[::-1]
     scale = np.finfo(float).eps * lam[0] * 10 * theta.shape[0]
-    assert np.allclose(eq10, np.diag(M), rtol=0, atol=scale), (eq10, np.diag(M))
-    d = np.sort(eq10)[::-1]
+    assert np.allclose(sigma, np.diag(M), rtol=0, atol=scale), (sigma, np.diag(M))
+    d = np.sort(sigma)[::-1]
     partial = np.cumsum(lam) - np.cumsum(d)
     assert np.all(partial >= -scale * np.arange(1, len(d) + 1)), f"majorization fails: {lam} vs {d}"
     assert abs(partial[-1]) <= scale * len(d), f"trace: {lam.sum()} vs {d.sum()}"
@@ -67,10 +103,10 @@ def test_eq10_proof_reading_is_diagonal_of_sigma_ut_k_u_sigma_and_majorized_by_s
 def test_eq10_equals_spectrum_when_theta_left_vectors_are_eigenvectors_of_k(case):
     K = case.K.matrix
     theta = (case.K.U * case.theta.s) @ case.theta.V.T  # U_theta = eigenvectors of K
-    eq10 = np.sort(eq10_singular_values(theta, K, reading="proof"))[::-1]
+    sigma = np.sort(eq10(theta, K, reading="proof"))[::-1]
     lam = np.sort(np.linalg.eigvalsh(hessian(theta, K)))[::-1]
-    assert np.allclose(eq10, lam, rtol=1e-9, atol=1e-12 * lam[0]), (eq10, lam)
-    main = np.sort(eq10_singular_values(theta, K, reading="main_text"))[::-1]
+    assert np.allclose(sigma, lam, rtol=1e-9, atol=1e-12 * lam[0]), (sigma, lam)
+    main = np.sort(eq10(theta, K, reading="main_text"))[::-1]
     if not np.allclose(case.K.s, 1.0):
         assert not np.allclose(main, lam, rtol=1e-9, atol=0), "main-text reading should not match (it is s^2 lambda^2)"
     EV.case(case.family + ",aligned")

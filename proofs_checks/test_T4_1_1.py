@@ -43,8 +43,16 @@ def test_r_ill_strictly_positive_where_defined(sm):
 @budget(25)
 @given(sm=spectral_matrices(rank="deficient", min_rank=2))
 def test_pseudo_inverse_kappa_is_finite_for_rank_deficient_matrices(sm):
-    kappa = float(globals()['kappa'](ext64(sm.matrix)))
-    assert np.isfinite(kappa) and kappa >= 1, f"kappa = {kappa}\n{sm!r}"
+    # Against the DRAWN spectrum (k nonzero values, p - k exact zeros): the float64 rank rule finds exactly k and
+    # kappa = s_1/s_k, finite, to the SVD's accuracy ~ p eps kappa (relative); a rank rule that counted a rounding
+    # residue of the zeros (~eps s_1) as nonzero would give kappa ~ 1e16 and fail here.
+    e = ext64(sm.matrix)
+    k = sm.rank
+    expected = sm.s[0] / sm.s[k - 1]
+    got = float(kappa(e))
+    tol = 8 * max(sm.matrix.shape) * np.finfo(float).eps * expected
+    assert e.rank == k and np.isfinite(got) and abs(got - expected) <= tol * expected, (
+        f"rank {e.rank} (drawn {k}), kappa {got!r} vs s_1/s_k = {expected!r}\n{sm!r}")
     EV.case(sm.family + ",kappa-finite")
 
 
@@ -54,6 +62,7 @@ def test_full_dimension_kappa_reading_gives_counterexample_to_if_direction():
     S = sp.diag(2, 1, 0)
     s = singular_values(S)
     assert s[-1] == 0  # s_p = 0: kappa = inf under the full-dimension reading
+    assert s[0] / s[1] == 2  # while the pseudo-inverse kappa s_1/s_k is 2: finite, so "kappa = inf" never holds
     r = 1 / r_ill_denominator(S)
     assert r == sp.Rational(4, 3) and r != 0
     EV.counterexample("kappa = s_1/s_p reading: S = diag(2, 1, 0)", "exact (sympy)", S=S, kappa="inf",

@@ -20,8 +20,9 @@ from .evidence import Evidence
 from .exact import diag_extremes
 from .paper import grad_r_ill, ill_den, kappa
 from .profiles import budget
-from .steps import assert_bound_ratio_scale_invariant, check_step_claim, matrix_step_problem
-from .strategies import near_bound_fractions, spectral_matrices
+from .steps import (assert_bound_location, assert_bound_ratio_scale_invariant, check_step_claim,
+                    matrix_step_problem, scaled_bound)
+from .strategies import SpectralMatrix, haar_orthogonal, near_bound_fractions, spectral_matrices
 
 EV = Evidence("T4.1.4")
 SCALES = (-3, 0, 3)
@@ -34,9 +35,10 @@ def stated_bound(e):
 
 
 def critical_steps(e):
-    """``s_k' = 0`` at ``eta = k d^2/(k-1)`` (the derivation's value, equal to the stated bound)."""
-    d = ill_den(e)
-    return [e.rank * d * d / (e.rank - 1)]
+    """``s_k' = s_k (1 - eta (k-1)/(k d^2)) = 0`` at ``eta = k d^2/(k-1)`` (the derivation's value, written from
+    the dynamics, not by calling :func:`stated_bound`; the two agree, which is what tightness means)."""
+    d2 = ill_den(e) ** 2
+    return [1 / ((e.rank - 1) / (e.rank * d2))]
 
 
 PROBLEM = matrix_step_problem("T4.1.4", "increase", grad_r_ill, stated_bound, critical_steps)
@@ -79,4 +81,18 @@ def test_step_inside_stated_bound_increases_kappa(sm, f):
 @budget(15)
 @given(sm=spectral_matrices(rank="any", min_rank=2, min_gap=1e-3, max_log_kappa=6))
 def test_measure_stated_bound_and_scale_invariance(sm):
-    assert_bound_ratio_scale_invariant(PROBLEM, sm, EV, SCALES)
+    assert_bound_ratio_scale_invariant(PROBLEM, sm, EV, SCALES, expected=1.0)
+
+
+def bound_location(c: float = 1.0) -> None:
+    """Tight: on every witness the first failing step is the rank drop s_k' = 0, exactly at the bound."""
+    problem = scaled_bound(PROBLEM, c)
+    for s, seed in [((3.0, 2.0, 1.0), 0), ((3.0, 2.0, 1.0), 5), ((4.0, 3.0, 1.0, 0.0), 9), ((2.0, 1.0), 3)]:
+        n = len(s)
+        sm = SpectralMatrix(np.array(s), haar_orthogonal(n, seed), haar_orthogonal(n, seed + 1 if seed else 0),
+                            "witness")
+        assert_bound_location(problem, sm, 1.0, EV, rtol=1e-9)
+
+
+def test_bound_is_tight_on_witnesses():
+    bound_location()

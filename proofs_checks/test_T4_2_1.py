@@ -12,15 +12,16 @@ from hypothesis import given, strategies as st
 from .evidence import Evidence
 from .gradients import assert_theta_gradient
 from .profiles import budget
-from .strategies import thetas_and_covariances
+from .strategies import thetas_with_h_spectrum
 
 EV = Evidence("T4.2.1")
-CASES = thetas_and_covariances(theta_kw={"rank": "full", "min_gap": 1e-2, "max_log_kappa": 1, "scale": (-0.3, 0.3)},
-                               K_kw={"max_log_kappa": 1, "scale": (-0.3, 0.3)})
+#: H's spectrum drawn directly: kappa(H) to 1e6, scale 1e-6..1e6, D = 2..8, relative gaps >= 1e-2 (kappa(K) <= 1e3)
+CASES = thetas_with_h_spectrum(dims=(2, 8), min_gap=1e-2, max_log_kappa=6, scale=(-6.0, 6.0))
 
 
 @budget(20)
 @given(case=CASES, seed=st.integers(0, 2**31))
 def test_theta_gradient_matches_autograd_and_central_differences(case, seed):
-    assert_theta_gradient("T4.2.1", "well", case.theta.matrix, case.K.matrix, seed, repr(case))
+    h = case.theta.s**2 * case.K.s
+    assert_theta_gradient("T4.2.1", "well", case.theta.matrix, case.K.matrix, h, seed, repr(case))
     EV.case(case.family)

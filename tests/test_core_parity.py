@@ -1,11 +1,17 @@
-"""One mathematics, two backends: every public function gives the NumPy result on torch input, in the caller's kind.
+"""One mathematics, two backends: every public function, on NumPy input and on torch input, in the caller's kind,
+agrees with an independent 80-digit reference.
 
 Each test runs once per backend (``xp`` fixture: NumPy, then torch on ``KAPPALAB_TEST_DEVICE``), computes the
-function on the backend's array and on the NumPy array, asserts the result's kind/dtype/device, and compares.
+function on the backend's array, asserts the result's kind/dtype/device, and compares it with the paper's formula
+evaluated in 80 digits (mpmath) on the same float64 matrix (:mod:`proofs_checks.paper`, written independently of
+kappalab, on :func:`proofs_checks.highprec.mp_svd`): neither half compares kappalab with itself.
 
 Tolerance ``PARITY_RTOL = 1e-12`` (norm-wise relative): both backends call backward-stable LAPACK routines (possibly
 different builds), so each result is within ~ c * n * eps * kappa / relgap of the exact one; the test matrices
-have n <= 6, kappa <= 30 and relative gaps >= 0.2 between consecutive singular values, which gives ~1e-13.
+have n <= 6, kappa <= 30 and relative gaps >= 0.2 between consecutive singular values, which gives ~1e-13. The
+reference uses kappalab's documented rank rule (singular values above ``rtol * s_1``, ``rtol`` defaulting to
+``max(m, n) * eps``); the rank-deficient test matrices have exact zeros, whose rounding residue (~eps s_1) is
+below that threshold in either precision.
 """
 
 from __future__ import annotations
@@ -15,9 +21,88 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from test_core_matrices import SpectralCase, from_spectrum, psd_from_spectrum, spectral_cases
 
+import mpmath as mp
+from proofs_checks import paper
+from proofs_checks.highprec import mp_solve, mp_svd, to_mp, workdps
+
 import kappalab as kl
 
 PARITY_RTOL = 1e-12
+
+
+# ---- the 80-digit reference -------------------------------------------------------------------------------------
+
+def mp_ext(A, rtol: float | None = None) -> paper.Ext:
+    """80-digit compact SVD of a float64 or mpf matrix, rank by kappalab's rule ``s_i > rtol * s_1``."""
+    A = np.asarray(A, dtype=object)
+    U, s, V = mp_svd(to_mp(A) if not isinstance(A.flat[0], mp.mpf) else A)
+    threshold = (max(A.shape) * np.finfo(float).eps if rtol is None else rtol) * s[0]
+    return paper.Ext(s, U, V, sum(1 for x in s if x > threshold))
+
+
+def _step_bound_well(e):
+    kap = paper.kappa(e)
+    return (kap - 1) / ((1 - mp.mpf(1) / e.p) * kap + mp.mpf(1) / e.p)
+
+
+def _step_bound_ill(e):
+    d = paper.ill_den(e)
+    return mp.mpf(e.rank) / (e.rank - 1) * d * d
+
+
+#: kappalab function name -> the paper's formula on (Ext, S)
+MATRIX_REFERENCE = {
+    "condition_number": lambda e, S: paper.kappa(e),
+    "r_well": lambda e, S: paper.r_well(e),
+    "r_ill": lambda e, S: paper.r_ill(e),
+    "grad_r_well": paper.grad_r_well,
+    "grad_r_ill": paper.grad_r_ill,
+    "step_bound_well": lambda e, S: _step_bound_well(e),
+    "step_bound_ill": lambda e, S: _step_bound_ill(e),
+}
+
+
+def reference(func, S: np.ndarray, rtol: float | None = None) -> np.ndarray:
+    """``func``'s quantity at the float64 matrix S, in 80 digits (PSD input: singular values = eigenvalues)."""
+    with workdps():
+        Sm = to_mp(S)
+        out = MATRIX_REFERENCE[func.__name__](mp_ext(Sm, rtol), Sm)
+        return np.asarray(out, dtype=float) if isinstance(out, np.ndarray) else np.float64(out)
+
+
+def theta_reference(name: str, theta: np.ndarray, K: np.ndarray, rtol: float) -> np.ndarray:
+    """Thm 4.2's gradients and Thm 4.3's bounds (as stated) at (theta, K), in 80 digits."""
+    with workdps():
+        th, Km = to_mp(theta), to_mp(K)
+        H = paper.hessian(th, Km)
+        e = mp_ext(H, rtol)
+        D = H.shape[0]
+        if name in ("grad_theta_r_well", "grad_theta_r_ill"):
+            out = paper.grad_theta("well" if name.endswith("well") else "ill", th, Km, e, H)
+        elif name == "step_bound_theta_well":
+            first = 1 / ((1 - mp.mpf(1) / D) * e.s_max)
+            out = first if e.rank < 2 else min(first, (e.s_max * e.s_2 - e.s_2**2) / (D * e.s_2**2))
+        else:
+            out = paper.ill_den(e) ** 2 / (1 - 2 * e.s_min / e.rank)
+        return np.asarray(out, dtype=float)
+
+
+def eq10_reference(theta: np.ndarray, K: np.ndarray, reading: str) -> np.ndarray:
+    """Eq. 10 with theta's SVD and K's eigendecomposition in 80 digits (eigenvalues <= D eps lambda_max: 0)."""
+    with workdps():
+        U, s, _ = mp_svd(to_mp(theta))
+        lam, Q = mp.eigsy(mp.matrix(to_mp(K).tolist()))
+        lam = [lam[j] for j in range(K.shape[0])]
+        top = max(abs(x) for x in lam)
+        lam = [x if x > K.shape[0] * np.finfo(float).eps * top else mp.mpf(0) for x in lam]
+        gamma = [mp.sqrt(x) if reading == "proof" else x for x in lam]
+        Qn = np.array(Q.tolist(), dtype=object)
+        return np.array([float(sum((s[i] * (U[:, i] @ Qn[:, j]) * gamma[j]) ** 2 for j in range(len(lam))))
+                         for i in range(len(s))])
+
+
+def mp_kappa_psd(A) -> mp.mpf:
+    return paper.kappa(mp_ext(A))
 
 #: (rows, cols, nonzero singular values): square/tall/wide, full rank and rank-deficient.
 SHAPES = {
@@ -57,7 +142,7 @@ def test_matrix_functions_parity(xp, shape: str, func) -> None:
     S = _matrix(shape)
     out = func(xp.asarray(S))
     xp.assert_kind(out, ndim=0 if func.__name__ not in ("grad_r_well", "grad_r_ill") else 2)
-    assert_parity(xp.numpy(out), func(S), err_msg=f"{func.__name__}, S={S!r}")
+    assert_parity(xp.numpy(out), reference(func, S), err_msg=f"{func.__name__}, S={S!r}")
 
 
 @pytest.mark.parametrize("func", [kl.condition_number, kl.r_well, kl.r_ill, kl.grad_r_well, kl.grad_r_ill,
@@ -67,7 +152,7 @@ def test_psd_route_parity(xp, func, spectrum: list[float]) -> None:
     A = _psd(4, spectrum, seed=7)
     out = func(xp.asarray(A), psd=True)
     xp.assert_kind(out)
-    assert_parity(xp.numpy(out), func(A, psd=True), err_msg=f"{func.__name__}(psd=True), A={A!r}")
+    assert_parity(xp.numpy(out), reference(func, A), err_msg=f"{func.__name__}(psd=True), A={A!r}")
 
 
 def _theta_case(rank_deficient_K: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -88,7 +173,8 @@ def test_theta_functions_parity(xp, func, rank_deficient_K: bool) -> None:
     theta, K = _theta_case(rank_deficient_K)
     out = func(xp.asarray(theta), xp.asarray(K), rtol=RANK_RTOL)
     xp.assert_kind(out)
-    assert_parity(xp.numpy(out), func(theta, K, rtol=RANK_RTOL), err_msg=f"theta={theta!r}\nK={K!r}")
+    assert_parity(xp.numpy(out), theta_reference(func.__name__, theta, K, RANK_RTOL),
+                  err_msg=f"theta={theta!r}\nK={K!r}")
 
 
 def test_hessian_and_preconditioned_step_parity(xp) -> None:
@@ -97,13 +183,17 @@ def test_hessian_and_preconditioned_step_parity(xp) -> None:
     for th in (theta, theta_rect):
         H = kl.hessian(xp.asarray(th), xp.asarray(K))
         xp.assert_kind(H, ndim=2)
-        assert_parity(xp.numpy(H), kl.hessian(th, K), err_msg=f"theta={th!r}\nK={K!r}")
+        with workdps():
+            ref = np.asarray(paper.hessian(to_mp(th), to_mp(K)), dtype=float)
+        assert_parity(xp.numpy(H), ref, err_msg=f"theta={th!r}\nK={K!r}")
     G = np.random.default_rng(4).standard_normal(theta.shape)
     for ridge in (0.0, 0.1):
         step = kl.preconditioned_step(xp.asarray(theta), xp.asarray(K), xp.asarray(G), 0.3, ridge=ridge)
         xp.assert_kind(step, ndim=2)
-        assert_parity(xp.numpy(step), kl.preconditioned_step(theta, K, G, 0.3, ridge=ridge),
-                      err_msg=f"ridge={ridge}\ntheta={theta!r}\nK={K!r}\ngrad={G!r}")
+        with workdps():
+            A = to_mp(K + ridge * np.eye(4))
+            ref = np.asarray(to_mp(theta) - mp.mpf(0.3) * mp_solve(A, to_mp(G)), dtype=float)
+        assert_parity(xp.numpy(step), ref, err_msg=f"ridge={ridge}\ntheta={theta!r}\nK={K!r}\ngrad={G!r}")
 
 
 @pytest.mark.parametrize("reading", ["proof", "main_text"])
@@ -111,8 +201,7 @@ def test_eq10_parity(xp, reading: str) -> None:
     theta, K = _theta_case(True)
     out = kl.eq10_singular_values(xp.asarray(theta), xp.asarray(K), reading=reading)
     xp.assert_kind(out, ndim=1)
-    assert_parity(xp.numpy(out), kl.eq10_singular_values(theta, K, reading=reading),
-                  err_msg=f"theta={theta!r}\nK={K!r}")
+    assert_parity(xp.numpy(out), eq10_reference(theta, K, reading), err_msg=f"theta={theta!r}\nK={K!r}")
 
 
 def test_rir_parity(xp) -> None:
@@ -122,12 +211,18 @@ def test_rir_parity(xp) -> None:
     for ref in (None, theta_0):
         out = kl.rir(xp.asarray(theta), xp.asarray(K_P), xp.asarray(K_H),
                      None if ref is None else xp.asarray(ref))
-        expected = kl.rir(theta, K_P, K_H, ref)
-        for field in ("term_i", "term_ii", "rir", "kappa_H_immunized", "kappa_H_reference", "kappa_P_immunized",
-                      "kappa_P_reference"):
+        with workdps():
+            def kap(th, K):
+                return mp_kappa_psd(to_mp(K) if th is None else paper.hessian(to_mp(th), to_mp(K)))
+            kH, kH0, kP, kP0 = kap(theta, K_H), kap(ref, K_H), kap(theta, K_P), kap(ref, K_P)
+            expected = {"term_i": kH / kH0, "term_ii": kP / kP0, "rir": (kH / kH0) / (kP / kP0),
+                        "kappa_H_immunized": kH, "kappa_H_reference": kH0, "kappa_P_immunized": kP,
+                        "kappa_P_reference": kP0}
+            expected = {k: float(v) for k, v in expected.items()}
+        for field, want in expected.items():
             value = getattr(out, field)
             assert isinstance(value, float), f"RIRResult.{field} must be a Python float, got {type(value)}"
-            assert_parity(value, getattr(expected, field), err_msg=f"{field}, theta_0={ref!r}")
+            assert_parity(value, want, err_msg=f"{field}, theta_0={ref!r}")
 
 
 @pytest.mark.parametrize("func", [kl.condition_number, kl.r_well, kl.r_ill, kl.grad_r_well, kl.grad_r_ill],
@@ -139,7 +234,7 @@ def test_float32_input_stays_float32(xp, func) -> None:
     out = func(xp.asarray(S, dtype="float32"))
     xp.assert_kind(out, dtype="float32")
     # float32 rounding: relative ~ c * n * eps32 * kappa / relgap with eps32 = 1.2e-7, kappa = 5 -> 1e-4 has margin
-    assert_parity(xp.numpy(out), func(S), rtol=1e-4, err_msg=f"{func.__name__}, float32, S={S!r}")
+    assert_parity(xp.numpy(out), reference(func, S), rtol=1e-4, err_msg=f"{func.__name__}, float32, S={S!r}")
 
 
 @pytest.mark.parametrize("dtype", ["int64", "bool"])
@@ -166,7 +261,7 @@ def test_random_spectra_parity(xp, case: SpectralCase) -> None:
     for func in (kl.condition_number, kl.r_well, kl.r_ill, kl.grad_r_well, kl.grad_r_ill):
         out = func(S)
         xp.assert_kind(out)
-        assert_parity(xp.numpy(out), func(case.S), err_msg=f"{func.__name__}\n{case!r}")
+        assert_parity(xp.numpy(out), reference(func, case.S), err_msg=f"{func.__name__}\n{case!r}")
 
 
 def test_numpy_path_never_imports_torch() -> None:

@@ -66,13 +66,14 @@ class ObjectiveConfig:
 
 def kappa_autograd(H: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
     """kappa of the PSD ``H`` (largest over smallest eigenvalue above ``rtol * max``), differentiable through
-    ``torch.linalg.eigvalsh`` (whose backward has no eigen-gap denominators)."""
+    ``torch.linalg.eigvalsh`` (whose backward has no eigen-gap denominators). Computed on the device without
+    reading anything back: an ``H`` with no eigenvalue above the tolerance (a zero ``H``) gives NaN, which the
+    training loop reports as a non-finite loss."""
     e = torch.linalg.eigvalsh(H)
     tol = (H.shape[0] * torch.finfo(H.dtype).eps) if rtol is None else rtol
-    keep = (e.detach() > tol * e.detach()[-1]).nonzero().flatten()
-    if keep.numel() == 0:
-        raise ValueError("H has no eigenvalue above the rank tolerance (zero features?)")
-    return e[-1] / e[keep[0]]
+    above = e.detach() > tol * e.detach()[-1]
+    s_min = torch.where(above, e, torch.full_like(e, float("inf"))).min()
+    return e[-1] / torch.where(torch.isinf(s_min), torch.full_like(s_min, float("nan")), s_min)
 
 
 def _xy(batch: Any, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -49,6 +49,10 @@ class ObjectiveConfig:
         label_smoothing: of the task loss.
         reg_rtol: relative rank tolerance for R_well/R_ill/kappa on ``H~`` (None: the core's default).
         on_degenerate: the core's policy at a tie of an extreme eigenvalue.
+        host_checks: the spectral core validates ``H~`` and checks that R_ill is defined (host reads every
+            step). ``False`` (with ``on_degenerate="ignore"``, since a tie check is a host read, and a model built
+            with ``check=False`` for the dummy layer's Cholesky check) makes a step read nothing back: for a CUDA
+            hot loop; an undefined value then surfaces as a non-finite loss at the end of the epoch.
     """
 
     lambda_P: float = 0.0
@@ -61,6 +65,7 @@ class ObjectiveConfig:
     label_smoothing: float = 0.1
     reg_rtol: float | None = None
     on_degenerate: str = "warn"
+    host_checks: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -95,7 +100,7 @@ def objective_terms(model: ImmunizableModel, method: str, batch_P: Any, batch_H:
     z_P = model.pre_features(x_P)
     terms = {"task": nnf.cross_entropy(model.classifier(model.head_features(z_P)), y_P,
                                        label_smoothing=cfg.label_smoothing)}
-    reg = dict(psd=True, rtol=cfg.reg_rtol, on_degenerate=cfg.on_degenerate)
+    reg = dict(psd=True, rtol=cfg.reg_rtol, on_degenerate=cfg.on_degenerate, check=cfg.host_checks)
     if method in ("ours", "rill_only"):
         F_H = model.head_features(model.pre_features(x_H), precondition=True)
         terms["r_ill"] = r_ill(hessian_tilde(F_H), **reg)

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ..deep.task import Task
+from ..deep.train import world
 from ..deep import (METHOD_LABELS, METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig, SmallCNN,
                     TrainConfig, accuracy, balanced_scale, extract_features, gradient_norms, immunize,
                     linear_probe_curve, pretrain, rir_theta0)
@@ -156,7 +157,10 @@ def proxy_task(cfg: dict[str, Any], work: Path, validation: float | None = None)
 # ------------------------------------------------------------------------------------------- the generic loop
 def _calibration(task: Task, model: ImmunizableModel, cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     """Mean gradient norms of every term at theta_0 over ``calibration_batches`` batch pairs, and the balanced
-    lambdas (tied extreme eigenvalues of a batch's H~ are counted, not printed)."""
+    lambdas (tied extreme eigenvalues of a batch's H~ are counted, not printed). Computed on a copy of ``model``
+    in training mode, as a training step sees it: BatchNorm layers of the immunized blocks use batch statistics
+    and update the copy's running statistics, never theta_0's (frozen layers stay in eval mode)."""
+    model = copy.deepcopy(model).train()
     batches = int(cfg.get("calibration_batches", 5))
     obj = objective_config(cfg, task.harmful_classes)
     pairs = list(zip(range(batches), CombinedLoader(*task.loaders(seed), epoch_on="longer")))
@@ -190,8 +194,9 @@ def evaluate(task: Task, model: ImmunizableModel, reference: ImmunizableModel | 
     }
     if reference is not None:
         feats = [extract_features(m, X, task.device) for X in (task.rir_H, task.rir_P) for m in (model, reference)]
-        r = rir_theta0(*feats, groups=cfg["rir_groups"], group_size=cfg["rir_group_size"], seed=seed)
-        out["rir"] = asdict(r)
+        for key, estimator in (("rir", "pinv"), ("rir_authors", "authors")):
+            out[key] = asdict(rir_theta0(*feats, groups=cfg["rir_groups"], group_size=cfg["rir_group_size"],
+                                         seed=seed, estimator=estimator))
     return out
 
 
@@ -219,7 +224,8 @@ def run_task(task: Task, cfg: dict[str, Any], store: RunStore, work: Path, seeds
             record.update(evaluate(task, model, base, cfg, seed))
         record["wall_s"] = time.perf_counter() - t0
         record["provenance"] = provenance(seed, cfg, device=task.device, dtype="float64", data_label=task.data_label)
-        store.append(record)
+        if world()[0] == 0:  # under torchrun every rank trains; rank 0 alone records
+            store.append(record)
 
 
 # ------------------------------------------------------------------------------ the lambda / epoch search
@@ -462,6 +468,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--aggregate-only", action="store_true", help="rebuild table and figure from the records")
     p.add_argument("--arch", choices=["resnet18", "vit"])
     p.add_argument("--harmful", choices=["cars", "country211"])
+    p.add_argument("--smoke", action="store_true",
+                   help="with --arch: the paper's code path on CPU, random weights, MNIST digits as 224x224 images "
+                        "(config table3_<arch>_smoke.json; no --harmful, data or weights needed)")
     p.add_argument("--imagenet", help="ImageNet-1k root with train/ and val/ class folders")
     p.add_argument("--harmful-dir", help="Stanford Cars or Country211 root with train/ and test/ class folders")
     p.add_argument("--weights", help="local timm state dict (.safetensors or .pth/.bin) of the model")
@@ -480,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.proxy == bool(args.arch):
         print("kappalab reproduce table3: give either --proxy or --arch/--harmful (see --help)", file=sys.stderr)
         return 2
+    if args.smoke and not args.arch:
+        print("kappalab reproduce table3: --smoke needs --arch", file=sys.stderr)
+        return 2
     if args.quick and not args.proxy:
         print("kappalab reproduce table3: --quick needs --proxy", file=sys.stderr)
         return 2
@@ -489,6 +501,10 @@ def main(argv: list[str] | None = None) -> int:
         default_out = ROOT / ("results/table3_quick" if args.quick else "docs/reproduction/table3")
         title = ("CPU-scale analogue (SmallCNN, MNIST subset 0-4 vs 5-9)" + (" [quick]" if args.quick else "")
                  + (f", {cfg['label']}" if cfg.get("label") else "") + "\nnot the paper's experiment")
+    elif args.smoke:
+        cfg = load_config(args.config or f"{args.arch}_smoke")
+        default_out = ROOT / "results" / "table3" / cfg["name"]
+        title = f"{cfg['timm_name']} (random weights), MNIST digits 0-4 vs 5-9 at 224x224 [smoke]"
     else:
         if not args.harmful:
             print("kappalab reproduce table3: --arch needs --harmful", file=sys.stderr)
@@ -519,6 +535,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from ..deep.paper import paper_task
 
+            if args.smoke:
+                from ..deep.smoke import make_digit_folders
+
+                args.imagenet, args.harmful_dir = map(str, make_digit_folders(work / "data", cfg["smoke_per_class"]))
             task = paper_task(cfg, args, work)
         if args.calibrate:
             print(json.dumps(_calibration(task, task.theta0(seeds[0]), cfg, seeds[0]), indent=2))
@@ -526,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         run_task(task, cfg, store, work, seeds, methods)
         print(f"table3 {cfg['name']}: runs finished in {time.perf_counter() - t0:.0f} s this call")
+        if world()[0] != 0:
+            return 0  # tables and figures are rank 0's
     records = [r for r in store.records() if r["seed"] in seeds]
     if not records:
         print(f"no records in {store.path}", file=sys.stderr)

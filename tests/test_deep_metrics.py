@@ -249,3 +249,20 @@ def test_linear_probe_curve_learns_and_is_scale_free(rng: np.random.Generator) -
     assert scaled == pytest.approx(curve), "step 1/s_max makes the curve invariant to the features' scale"
     with pytest.raises(ValueError, match="step"):
         linear_probe_curve(F, y, F, y, epochs=1, num_classes=3, step="fixed")
+
+
+def test_combined_loader_sets_the_epoch_of_distributed_samplers() -> None:
+    """A DistributedSampler repeats its order unless set_epoch is called before each pass; CombinedLoader calls
+    it at every restart (before the fix, every epoch of D_H saw the same order on every rank)."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    data = TensorDataset(torch.arange(40))
+    H = DataLoader(data, batch_size=5, sampler=DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=0))
+    P = DataLoader(TensorDataset(torch.arange(100)), batch_size=5)
+    loader = CombinedLoader(P, H)
+    orders = [torch.cat([h[0] for _, h in loader]).tolist() for _ in range(3)]
+    assert all(sorted(o) == sorted(orders[0]) for o in orders), "each pass covers rank 0's half"
+    assert orders[0] != orders[1] != orders[2], orders
+    reference = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=0)
+    reference.set_epoch(2)
+    assert orders[2] == list(reference)

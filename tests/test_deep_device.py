@@ -4,14 +4,18 @@ data-parallel path (2 processes, gloo) takes the same step as one process averag
 Host reads are counted by wrapping the tensor methods that copy a value to the host (``item``, ``cpu``,
 ``tolist``, ``numpy``, ``__bool__``, ``__float__``, ``__int__``, ``__index__``) and attributing each call to the
 innermost kappalab module on the stack. A step's reads are the difference between a 4-step and a 2-step epoch (the
-per-epoch reads, e.g. the DataLoader's seed draw and the end-of-epoch summary, cancel).
+per-epoch reads, e.g. the DataLoader's seed draw and the end-of-epoch summary, cancel). With
+``KAPPALAB_TEST_DEVICE=cuda`` the models run on the GPU and CUDA's own sync detector
+(``torch.cuda.set_sync_debug_mode("warn")``) counts every synchronizing call as well, under the key ``cuda-sync``.
 """
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import traceback
+import warnings
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +34,7 @@ from kappalab.deep import objective_terms, weighted_loss  # noqa: E402
 torch.set_num_threads(1)
 HOST_READS = ("item", "cpu", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
 TIMM = importlib.util.find_spec("timm") is not None
+DEVICE = os.environ.get("KAPPALAB_TEST_DEVICE", "cpu")
 NEEDS_TIMM = pytest.mark.skipif(not TIMM, reason="timm is not installed (the deep environment, scripts/setup_deep.sh)")
 
 
@@ -38,6 +43,7 @@ def count_host_reads() -> Iterator[Counter]:
     """Count host reads by the kappalab module (path below ``kappalab/``) nearest to the call."""
     counts: Counter = Counter()
     originals = {name: getattr(torch.Tensor, name) for name in HOST_READS}
+    cuda = DEVICE.startswith("cuda")
 
     def wrap(name: str):
         def reader(self, *args, **kwargs):
@@ -51,10 +57,17 @@ def count_host_reads() -> Iterator[Counter]:
     try:
         for name in HOST_READS:
             setattr(torch.Tensor, name, wrap(name))
-        yield counts
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if cuda:
+                torch.cuda.set_sync_debug_mode("warn")
+            yield counts
     finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode("default")
         for name, fn in originals.items():
             setattr(torch.Tensor, name, fn)
+    counts["cuda-sync"] += sum("synchroniz" in str(w.message) for w in caught)
 
 
 def _loaders(steps: int, shape: tuple[int, ...], classes: tuple[int, int], batch: int = 8):
@@ -78,10 +91,10 @@ def _objective(host_checks: bool) -> ObjectiveConfig:
 def reads_per_step(model, method: str, shape, classes, obj: ObjectiveConfig) -> dict[str, float]:
     per_epoch = []
     for steps in (2, 4):
-        m = copy.deepcopy(model)
+        m = copy.deepcopy(model).to(DEVICE)
         with count_host_reads() as counts:
             immunize(m, method, CombinedLoader(*_loaders(steps, shape, classes)), obj,
-                     TrainConfig(lr=1e-3, epochs=1), progress=False)
+                     TrainConfig(lr=1e-3, epochs=1), device=DEVICE, progress=False)
         per_epoch.append(Counter(counts))
     keys = set(per_epoch[0]) | set(per_epoch[1])
     return {k: (per_epoch[1][k] - per_epoch[0][k]) / 2 for k in keys if per_epoch[1][k] != per_epoch[0][k]}

@@ -132,7 +132,8 @@ def test_timm_model_end_to_end(arch, tmp_path) -> None:
     from kappalab.deep.timm_models import build_timm_model
 
     trainable = ["layer4.0", "layer4.1"] if arch == "resnet18" else ["blocks.-1"]
-    model, _ = build_timm_model(arch, "unused", trainable=trainable, load=False)
+    model, _ = build_timm_model(arch, None, trainable=trainable, load=False,
+                                timm_name=None if arch == "resnet18" else "vit_tiny_patch16_224")
     _check_run(model, "ours", _loaders((3, 224, 224), (1000, 3), n=(4, 4), batch=2), 3, tmp_path, lr=1e-5)
 
 

@@ -6,7 +6,8 @@ Optimizer: SGD with Nesterov momentum (``lr``, momentum 0.9), weight decay 0 on 
 Checkpoints: after every epoch the model, optimizer and torch RNG state are written atomically to
 ``checkpoint``; a call with an existing checkpoint resumes after its epoch (a finished run returns at once).
 Checkpoints are read with ``weights_only=True``: tensors and plain containers only, a pickled object is refused.
-The position inside the D_P loader is not saved: a resumed run restarts D_P at a fresh shuffle.
+The position inside the D_P loader is not saved: a resumed run restarts D_P at a fresh shuffle
+(with a ``DistributedSampler``, the pass count of :class:`CombinedLoader` restarts at 0 too).
 
 Data parallel: under ``torchrun`` (``WORLD_SIZE > 1`` in the environment) :func:`init_distributed` sets up the
 process group; every rank computes its terms (and ``H~``) on its own batches, and :func:`allreduce_gradients`

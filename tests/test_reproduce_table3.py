@@ -48,6 +48,7 @@ def test_proxy_quick_runs_records_and_resumes(tmp_path, monkeypatch) -> None:
 def test_bad_arguments_and_missing_inputs(tmp_path) -> None:
     assert table3.main([]) == 2
     assert table3.main(["--quick", "--arch", "vit", "--harmful", "cars"]) == 2
+    assert table3.main(["--proxy", "--smoke"]) == 2  # --smoke is a mode of --arch
     with pytest.raises((ImportError, ValueError, FileNotFoundError), match=r"kappalab\[deep\]|--imagenet"):
         table3.main(["--arch", "resnet18", "--harmful", "cars", "--out", str(tmp_path)])
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -36,11 +37,13 @@ def _check_run(model, method, loaders, classes, tmp_path, epochs=1, lr=1e-3):
                     checkpoint=ckpt, progress=False)
     assert len(hist) == epochs and all(torch.isfinite(torch.tensor(list(h.values()))).all() for h in hist)
     after = model.state_dict()
-    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    for name, value in after.items():
-        changed = not torch.equal(before[name], value)
-        if name.startswith("frozen.") and name not in trainable:
-            assert not changed, f"frozen parameter {name} changed"
+    # tensors of the immunized layers, the head and the dummy layer, by storage (a timm model split by reference
+    # lists the immunized blocks' BatchNorm buffers under ``frozen.owner.*`` as well)
+    free = {t.data_ptr() for m in (model.trainable, model.classifier, model.dummy) for t in m.state_dict().values()}
+    frozen = [name for name, value in after.items() if value.data_ptr() not in free]
+    assert frozen, "the frozen part holds tensors"
+    for name in frozen:
+        assert torch.equal(before[name], after[name]), f"frozen tensor {name} changed"
     assert not torch.equal(before["dummy.weight"], after["dummy.weight"]), "the dummy layer must train"
     assert ckpt.exists()
     again = immunize(model, method, CombinedLoader(*loaders), obj, TrainConfig(lr=lr, epochs=epochs),
@@ -57,10 +60,17 @@ def test_small_cnn_end_to_end(method, tmp_path) -> None:
     import copy
 
     model = _check_run(copy.deepcopy(base), method, _loaders((1, 12, 12), (3, 2)), 2, tmp_path)
-    X = torch.randn(30, 1, 12, 12, dtype=torch.float64)
-    feats = [extract_features(m, X) for m in (model, base)]
-    r = rir_theta0(feats[0], feats[1], feats[0], feats[1], groups=3, group_size=10)
-    assert r.exact_rir == pytest.approx(1.0) and r.est_i > 0
+    g = torch.Generator().manual_seed(2)
+    X_H, X_P = (torch.randn(30, 1, 12, 12, dtype=torch.float64, generator=g) for _ in range(2))
+    F_HI, F_H0, F_PI, F_P0 = (extract_features(m, X) for X in (X_H, X_P) for m in (model, base))
+    r = rir_theta0(F_HI, F_H0, F_PI, F_P0, groups=3, group_size=10)
+
+    def kappa(F: torch.Tensor) -> float:  # NumPy reference: (s_max / s_min)^2 of the features (rank 8 < 30)
+        s = np.linalg.svd(F.numpy(), compute_uv=False)
+        return (s[0] / s[-1]) ** 2
+
+    ref = (kappa(F_HI) / kappa(F_H0)) / (kappa(F_PI) / kappa(F_P0))
+    assert r.exact_rir == pytest.approx(ref, rel=1e-9) and r.exact_i != 1.0, "immunization moved kappa"
 
 
 def test_resume_continues_from_checkpoint(tmp_path) -> None:
@@ -74,7 +84,33 @@ def test_resume_continues_from_checkpoint(tmp_path) -> None:
     resumed = SmallCNN(3, width=2).split()
     hist = immunize(resumed, "ours", CombinedLoader(*loaders), obj, TrainConfig(lr=1e-3, epochs=3),
                     checkpoint=ckpt, progress=False)
-    assert len(hist) == 2 and torch.load(ckpt, weights_only=False)["epoch"] == 3
+    assert len(hist) == 2 and torch.load(ckpt, weights_only=True)["epoch"] == 3
+
+
+class _Payload:
+    """Unpickling this object runs ``os.mkdir(marker)``: code inside a crafted checkpoint."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.mkdir, (self.marker,)
+
+
+def test_checkpoint_with_pickled_code_is_refused(tmp_path) -> None:
+    """Checkpoints are data: a pickled object is refused before anything in it runs (weights_only=True)."""
+    import pickle
+
+    model = SmallCNN(3, width=2).split()
+    ckpt, marker = tmp_path / "ours.pt", tmp_path / "code_ran"
+    torch.save({"model": model.state_dict(), "epoch": 1, "payload": _Payload(str(marker))}, ckpt)
+    obj = ObjectiveConfig(lambda_H=1.0, harmful_classes=2, reg_rtol=1e-10, on_degenerate="ignore")
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        immunize(model, "ours", CombinedLoader(*_loaders((1, 12, 12), (3, 2))), obj, TrainConfig(epochs=2),
+                 checkpoint=ckpt, progress=False)
+    assert not marker.exists(), "nothing from the checkpoint ran"
 
 
 def _timm_usable() -> tuple[bool, str]:
@@ -96,7 +132,8 @@ def test_timm_model_end_to_end(arch, tmp_path) -> None:
     from kappalab.deep.timm_models import build_timm_model
 
     trainable = ["layer4.0", "layer4.1"] if arch == "resnet18" else ["blocks.-1"]
-    model, _ = build_timm_model(arch, "unused", trainable=trainable, load=False)
+    model, _ = build_timm_model(arch, None, trainable=trainable, load=False,
+                                timm_name=None if arch == "resnet18" else "vit_tiny_patch16_224")
     _check_run(model, "ours", _loaders((3, 224, 224), (1000, 3), n=(4, 4), batch=2), 3, tmp_path, lr=1e-5)
 
 

@@ -53,6 +53,7 @@ def test_bad_arguments_and_missing_inputs(tmp_path) -> None:
     assert table3_cli.main([]) == 2
     assert table3_cli.main(["--quick", "--arch", "vit", "--harmful", "cars"]) == 2
     assert table3_cli.main(["--arch", "resnet18", "--harmful", "cars", "--out", str(tmp_path)]) == 2
+    assert table3_cli.main(["--proxy", "--smoke"]) == 2  # --smoke is a mode of --arch
 
 
 def test_proxy_quick_search_selects_on_validation(tmp_path, monkeypatch) -> None:
@@ -69,3 +70,90 @@ def test_proxy_quick_search_selects_on_validation(tmp_path, monkeypatch) -> None
     assert "| ours_H | Ours **sel.** |" in (out / "search.md").read_text()
     assert not (out / "runs.jsonl").exists()  # the search never touches the test split or the final records
     assert table3_cli.main(["--search", "--arch", "vit", "--harmful", "cars"]) == 2
+
+
+# ------------------------------------------------------------------- defects of issue 18 (tests failed before)
+def _bn_model(seed: int):
+    """A tiny ImmunizableModel with BatchNorm in the frozen and in the immunized layers (like ResNet18's)."""
+    import torch
+    from torch import nn
+
+    from kappalab.deep import ImmunizableModel
+
+    torch.manual_seed(seed)
+    frozen = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU())
+    trainable = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+    model = ImmunizableModel(frozen, trainable, nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten()),
+                             nn.Linear(8, 3), 8).to(torch.float64)
+    for bn in (frozen[1], trainable[1]):  # theta_0's statistics, not the defaults
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    return model
+
+
+def _tiny_task():
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from kappalab.deep.task import Task
+
+    g = torch.Generator().manual_seed(0)
+
+    def data(n: int, classes: int):
+        return torch.randn(n, 1, 8, 8, generator=g, dtype=torch.float64), torch.randint(0, classes, (n,), generator=g)
+
+    P, H, P_test, H_test = data(16, 3), data(16, 2), data(8, 3), data(8, 2)
+    loaders = lambda seed: tuple(DataLoader(TensorDataset(*d), batch_size=8, shuffle=True,  # noqa: E731
+                                            generator=torch.Generator().manual_seed(seed)) for d in (P, H))
+    return Task(name="tiny", theta0=_bn_model, loaders=loaders, rir_P=P[0], rir_H=H[0], test_P=P_test,
+                probe=(H, H_test), harmful_classes=2, device="cpu", data_label="random 8x8 images")
+
+
+TINY_CFG = {"lambda_P": 1e-6, "lambda_H": 1.0, "lambda_kappa": 1e-6, "lambda_imma": 0.1, "imma_inner_steps": 1,
+            "imma_inner_lr": 1.0, "label_smoothing": 0.1, "reg_rtol": 1e-10, "on_degenerate": "warn", "eta": 1e-3,
+            "momentum": 0.9, "extractor_weight_decay": 0.0, "classifier_weight_decay": 2e-5, "epochs": 1,
+            "epoch_on": "harmful", "calibration_batches": 2, "probe_epochs": 3, "probe_step": "1/smax",
+            "rir_groups": 2, "rir_group_size": 6}
+
+
+def test_calibration_leaves_theta0_batchnorm_statistics_untouched() -> None:
+    """Before the fix, _calibration ran theta_0 in training mode and moved its BatchNorm running statistics."""
+    import torch
+
+    task = _tiny_task()
+    model = task.theta0(0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    calib = table3._calibration(task, model, TINY_CFG, 0)
+    assert calib["grad_norms"]["task"] > 0
+    for name, value in model.state_dict().items():
+        assert torch.equal(before[name], value), f"{name} changed during calibration"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_only_rank_0_records(rank: int, tmp_path, monkeypatch) -> None:
+    """Under torchrun every rank runs the loop; before the fix every rank appended to the store (a second rank
+    died on 'already stored' and the others hung in all_reduce)."""
+    import torch.distributed as dist
+
+    from kappalab.results import RunStore
+
+    # this process plays rank ``rank`` of 2 (all_reduce of a lone process: the identity)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: rank)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(dist, "all_reduce", lambda tensor, op=None, group=None, async_op=False: None)
+    store = RunStore(tmp_path / "runs.jsonl")
+    table3.run_task(_tiny_task(), TINY_CFG, store, tmp_path / "work", [0], ["ours"])
+    keys = [r["key"] for r in store.records()] if store.path.exists() else []
+    assert keys == (["tiny/seed0/init", "tiny/seed0/ours"] if rank == 0 else [])
+    assert (tmp_path / "work" / "seed0" / "ours.pt").exists() == (rank == 0), "checkpoints: rank 0 only"
+
+
+def test_records_carry_both_estimators(tmp_path) -> None:
+    from kappalab.results import RunStore
+
+    store = RunStore(tmp_path / "runs.jsonl")
+    table3.run_task(_tiny_task(), TINY_CFG, store, tmp_path / "work", [0], ["ours"])
+    ours = next(r for r in store.records() if r["method"] == "ours")
+    assert ours["rir"]["estimator"] == "pinv" and ours["rir_authors"]["estimator"] == "authors"
+    assert ours["rir"]["exact_rir"] > 0 and ours["rir_authors"]["exact_rir"] > 0

@@ -6,9 +6,11 @@
 * :mod:`.methods`: the objectives of Ours, R_ill Only, IMMA and Opt kappa; the gradient-norm rule for the lambdas.
 * :mod:`.train`: SGD + Nesterov training with checkpoints and data-parallel gradient averaging.
 * :mod:`.search`: Appendix C.2's lambda selection (gradient-norm scales, {1, 2, 3, 5} grid, early stopping).
-* :mod:`.metrics`: RIR_theta0 (Eq. 17, exact and the paper's 20x100 estimator), accuracy, linear-probing curves.
+* :mod:`.metrics`: RIR_theta0 (Eq. 17, exact and the paper's 20x100 estimator, with our kappa or the authors'
+  shifted one), accuracy, linear-probing curves.
 * :mod:`.timm_models` / :mod:`.imagefolder`: the paper's ResNet18 / ViT and ImageNet / Cars / Country211 (need
-  ``kappalab[deep]``; imported only when used).
+  ``kappalab[deep]``; imported only when used); :mod:`.smoke`: MNIST digits as 224 x 224 image folders for a CPU
+  smoke run of that path.
 """
 
 from .loader import CombinedLoader

@@ -23,6 +23,7 @@ DOWNLOAD = {
     "cars": "Stanford Cars (e.g. torchvision's StanfordCars layout, or the Kaggle mirror), sorted into class folders",
     "country211": "Country211 (https://github.com/openai/CLIP/blob/main/data/country211.md; torchvision's "
                   "Country211 already uses class folders)",
+    "digits": "MNIST digits 5-9 written by kappalab.deep.smoke.make_digit_folders (the smoke configuration)",
 }
 
 

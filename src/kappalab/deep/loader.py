@@ -10,7 +10,9 @@ loader". With ImageNet as D_P these two sentences disagree by a factor ~150 (Ima
   3 x len(D_H) D_P batches, never the same D_P prefix three times.
 * ``"longer"``: one epoch is one pass over the longer loader; the shorter one cycles.
 
-Either way, a loader that runs out is restarted (so a ``shuffle=True`` DataLoader reshuffles).
+Either way, a loader that runs out is restarted (so a ``shuffle=True`` DataLoader reshuffles). A loader whose
+sampler has ``set_epoch`` (a ``DistributedSampler``) gets ``set_epoch(n)`` before its n-th pass (n = 0, 1, ...),
+so that every pass has a new order on every rank.
 """
 
 from __future__ import annotations
@@ -24,15 +26,22 @@ class _Cycler:
     """An endless iterator over a re-iterable loader (restarted when exhausted)."""
 
     def __init__(self, loader: Iterable[Any], name: str) -> None:
-        self.loader, self.name, self._it = loader, name, None
+        self.loader, self.name, self._it, self.passes = loader, name, None, 0
+
+    def _restart(self) -> None:
+        set_epoch = getattr(getattr(self.loader, "sampler", None), "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(self.passes)
+        self.passes += 1
+        self._it = iter(self.loader)
 
     def next(self) -> Any:
         if self._it is None:
-            self._it = iter(self.loader)
+            self._restart()
         try:
             return next(self._it)
         except StopIteration:
-            self._it = iter(self.loader)
+            self._restart()
             try:
                 return next(self._it)
             except StopIteration:

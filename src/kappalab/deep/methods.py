@@ -49,6 +49,10 @@ class ObjectiveConfig:
         label_smoothing: of the task loss.
         reg_rtol: relative rank tolerance for R_well/R_ill/kappa on ``H~`` (None: the core's default).
         on_degenerate: the core's policy at a tie of an extreme eigenvalue.
+        host_checks: the spectral core validates ``H~`` and checks that R_ill is defined (host reads every
+            step). ``False`` (with ``on_degenerate="ignore"``, since a tie check is a host read, and a model built
+            with ``check=False`` for the dummy layer's Cholesky check) makes a step read nothing back: for a CUDA
+            hot loop; an undefined value then surfaces as a non-finite loss at the end of the epoch.
     """
 
     lambda_P: float = 0.0
@@ -61,18 +65,20 @@ class ObjectiveConfig:
     label_smoothing: float = 0.1
     reg_rtol: float | None = None
     on_degenerate: str = "warn"
+    host_checks: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def kappa_autograd(H: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
     """kappa of the PSD ``H`` (largest over smallest eigenvalue above ``rtol * max``), differentiable through
-    ``torch.linalg.eigvalsh`` (whose backward has no eigen-gap denominators)."""
+    ``torch.linalg.eigvalsh`` (whose backward has no eigen-gap denominators). Computed on the device without
+    reading anything back: an ``H`` with no eigenvalue above the tolerance (a zero ``H``) gives NaN, which the
+    training loop reports as a non-finite loss."""
     e = torch.linalg.eigvalsh(H)
     tol = (H.shape[0] * torch.finfo(H.dtype).eps) if rtol is None else rtol
-    keep = (e.detach() > tol * e.detach()[-1]).nonzero().flatten()
-    if keep.numel() == 0:
-        raise ValueError("H has no eigenvalue above the rank tolerance (zero features?)")
-    return e[-1] / e[keep[0]]
+    above = e.detach() > tol * e.detach()[-1]
+    s_min = torch.where(above, e, torch.full_like(e, float("inf"))).min()
+    return e[-1] / torch.where(torch.isinf(s_min), torch.full_like(s_min, float("nan")), s_min)
 
 
 def _xy(batch: Any, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,7 +100,7 @@ def objective_terms(model: ImmunizableModel, method: str, batch_P: Any, batch_H:
     z_P = model.pre_features(x_P)
     terms = {"task": nnf.cross_entropy(model.classifier(model.head_features(z_P)), y_P,
                                        label_smoothing=cfg.label_smoothing)}
-    reg = dict(psd=True, rtol=cfg.reg_rtol, on_degenerate=cfg.on_degenerate)
+    reg = dict(psd=True, rtol=cfg.reg_rtol, on_degenerate=cfg.on_degenerate, check=cfg.host_checks)
     if method in ("ours", "rill_only"):
         F_H = model.head_features(model.pre_features(x_H), precondition=True)
         terms["r_ill"] = r_ill(hessian_tilde(F_H), **reg)

@@ -38,10 +38,15 @@ class ImmunizableModel(nn.Module):
         dummy: insert the dummy layer (True) or use the neck's output as the features (False: no preconditioning).
         ridge: ridge of the dummy layer's preconditioner.
         side: "input" (Alg. 1) or "output" (the authors' public code); see :mod:`kappalab.dummy_layer`.
+        check: the dummy layer checks that ``K + ridge I`` is positive definite (one host read per
+            preconditioned backward); ``False`` for a hot loop that must not read back.
+
+    A new model is in training mode with ``frozen`` and ``neck`` in eval mode (see :meth:`train`).
     """
 
     def __init__(self, frozen: nn.Module, trainable: nn.Module, neck: nn.Module, classifier: nn.Module,
-                 feature_dim: int, *, dummy: bool = True, ridge: float = 1e-6, side: Side = "input") -> None:
+                 feature_dim: int, *, dummy: bool = True, ridge: float = 1e-6, side: Side = "input",
+                 check: bool = True) -> None:
         super().__init__()
         if not (isinstance(feature_dim, int) and feature_dim >= 1):
             raise ValueError(f"feature_dim must be a positive int, got {feature_dim!r}")
@@ -51,8 +56,8 @@ class ImmunizableModel(nn.Module):
         if dummy:
             ref = next(iter(classifier.parameters()), None)
             dtype = ref.dtype if ref is not None else torch.get_default_dtype()
-            self.dummy = DummyLinear(feature_dim, feature_dim, bias=False, ridge=ridge, side=side, dtype=dtype,
-                                     device=ref.device if ref is not None else None)
+            self.dummy = DummyLinear(feature_dim, feature_dim, bias=False, ridge=ridge, side=side, check=check,
+                                     dtype=dtype, device=ref.device if ref is not None else None)
             with torch.no_grad():
                 self.dummy.weight.copy_(torch.eye(feature_dim, dtype=dtype))
         # Order matters: ``frozen`` may contain ``trainable``/``classifier`` (a timm model split by reference).
@@ -60,6 +65,7 @@ class ImmunizableModel(nn.Module):
         self.neck.requires_grad_(False)
         self.trainable.requires_grad_(True)
         self.classifier.requires_grad_(True)
+        self.train()  # frozen layers (e.g. BatchNorm statistics of theta_0) never run in training mode
 
     def train(self, mode: bool = True) -> "ImmunizableModel":
         """Train mode for ``trainable``/``classifier``; ``frozen`` and ``neck`` always stay in eval mode."""

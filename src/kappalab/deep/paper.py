@@ -3,6 +3,9 @@
 Wired end to end but run only where timm, the data, the weights and a GPU exist. Under ``torchrun``
 (``WORLD_SIZE > 1``) the training loaders use a ``DistributedSampler`` and gradients are averaged across ranks
 (:mod:`kappalab.deep.train`); evaluation runs on every rank on the full data (simple, and identical results).
+
+A config with ``"random_weights": true`` (the smoke configs) builds the timm model with its random
+initialisation and needs no ``--weights``; its ``timm_name`` may name a smaller model of the same family.
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ def paper_task(cfg: dict[str, Any], args: argparse.Namespace, work: Path) -> Tas
     require_timm()
     imagenet = _require(args.imagenet, "--imagenet", "the ImageNet-1k root with train/ and val/ class folders")
     harmful = _require(args.harmful_dir, "--harmful-dir", f"the {cfg['harmful']} root with train/ and test/")
-    weights = _require(args.weights, "--weights", f"a local timm state dict of {cfg['timm_name']}")
+    random_init = bool(cfg.get("random_weights", False))
+    weights = None if random_init else _require(args.weights, "--weights",
+                                                f"a local timm state dict of {cfg['timm_name']}")
     device = init_distributed(args.device)
     for key in ("lambda_kappa", "lambda_imma"):
         method = {"lambda_kappa": "opt_kappa", "lambda_imma": "imma"}[key]
@@ -59,10 +64,12 @@ def paper_task(cfg: dict[str, Any], args: argparse.Namespace, work: Path) -> Tas
     def theta0(seed: int):
         torch.manual_seed(seed)
         model, _ = build_timm_model(cfg["arch"], weights, trainable=cfg["trainable_modules"],
-                                    ridge=cfg["dummy_ridge"], side=cfg["dummy_side"])
+                                    ridge=cfg["dummy_ridge"], side=cfg["dummy_side"], load=not random_init,
+                                    timm_name=cfg["timm_name"])
         return model.to(device)
 
-    _, net = build_timm_model(cfg["arch"], weights, trainable=cfg["trainable_modules"], load=False)
+    _, net = build_timm_model(cfg["arch"], None, trainable=cfg["trainable_modules"], load=False,
+                              timm_name=cfg["timm_name"])
     ds = {(name, split): image_folder(root, name, split, net)
           for name, root in (("imagenet", imagenet), (cfg["harmful"], harmful))
           for split in (("train", "val") if name == "imagenet" else ("train", "test"))}
@@ -77,7 +84,8 @@ def paper_task(cfg: dict[str, Any], args: argparse.Namespace, work: Path) -> Tas
             sampler = (torch.utils.data.DistributedSampler(data, num_replicas=size, rank=rank, seed=seed)
                        if size > 1 else None)
             out.append(DataLoader(data, batch_size=cfg["batch_size"], shuffle=sampler is None, sampler=sampler,
-                                  generator=g, num_workers=workers, drop_last=True, pin_memory=True))
+                                  generator=g, num_workers=workers, drop_last=True,
+                                  pin_memory=str(device).startswith("cuda")))
         return out[0], out[1]
 
     n_rir = cfg["rir_groups"] * cfg["rir_group_size"]  # a pool the groups are drawn from (exact Eq. 17 on it)

@@ -99,20 +99,26 @@ def _vit_split(net: nn.Module, trainable: list[str]) -> tuple[nn.Module, nn.Modu
     return frozen, net.blocks[-1], neck
 
 
-def build_timm_model(arch: str, weights: str | Path, *, trainable: list[str], dtype: torch.dtype = torch.float64,
-                     dummy: bool = True, ridge: float = 1e-6, side: str = "input",
-                     load: bool = True) -> tuple[ImmunizableModel, nn.Module]:
+def build_timm_model(arch: str, weights: str | Path | None, *, trainable: list[str],
+                     dtype: torch.dtype = torch.float64, dummy: bool = True, ridge: float = 1e-6, side: str = "input",
+                     load: bool = True, check: bool = True, timm_name: str | None = None,
+                     **timm_kwargs) -> tuple[ImmunizableModel, nn.Module]:
     """The paper's ``arch`` ("resnet18" or "vit") as an :class:`ImmunizableModel`, and the timm model itself
-    (for its data config). ``load=False`` keeps the random initialisation (tests only)."""
+    (for its data config). ``load=False`` keeps the random initialisation (smoke runs and tests; ``weights`` is
+    then ignored). ``timm_name`` replaces the paper's model by another timm model of the same family (e.g.
+    ``vit_tiny_patch16_224`` standing in for ViT-B/16-CLIP in a CPU smoke run); ``timm_kwargs`` go to
+    ``timm.create_model`` (e.g. ``img_size``). ``check``: see :class:`ImmunizableModel`."""
     if arch not in TIMM_NAMES:
         raise ValueError(f"arch must be one of {sorted(TIMM_NAMES)}, got {arch!r}")
     timm = require_timm()
-    net = timm.create_model(TIMM_NAMES[arch], pretrained=False, num_classes=1000)
+    net = timm.create_model(timm_name or TIMM_NAMES[arch], pretrained=False, num_classes=1000, **timm_kwargs)
     if load:
+        if weights is None:
+            raise ValueError("weights: a local timm state dict is required unless load=False")
         load_weights(net, weights)
     net = net.to(dtype)
     frozen, train, neck = (_resnet_split if arch == "resnet18" else _vit_split)(net, list(trainable))
     classifier = net.get_classifier()
     model = ImmunizableModel(frozen, train, neck, classifier, int(net.num_features), dummy=dummy, ridge=ridge,
-                             side=side)  # type: ignore[arg-type]
+                             side=side, check=check)  # type: ignore[arg-type]
     return model, net

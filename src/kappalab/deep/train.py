@@ -5,12 +5,17 @@ Optimizer: SGD with Nesterov momentum (``lr``, momentum 0.9), weight decay 0 on 
 
 Checkpoints: after every epoch the model, optimizer and torch RNG state are written atomically to
 ``checkpoint``; a call with an existing checkpoint resumes after its epoch (a finished run returns at once).
-The position inside the D_P loader is not saved: a resumed run restarts D_P at a fresh shuffle.
+Checkpoints are read with ``weights_only=True``: tensors and plain containers only, a pickled object is refused.
+The position inside the D_P loader is not saved: a resumed run restarts D_P at a fresh shuffle
+(with a ``DistributedSampler``, the pass count of :class:`CombinedLoader` restarts at 0 too).
 
 Data parallel: under ``torchrun`` (``WORLD_SIZE > 1`` in the environment) :func:`init_distributed` sets up the
 process group; every rank computes its terms (and ``H~``) on its own batches, and :func:`allreduce_gradients`
 averages the gradients before each step (DDP's gradient averaging, done explicitly because the objectives call
 the network several times per step). Only rank 0 writes checkpoints.
+
+Host copies: the step loop reads nothing back from the device (terms are summed on the device, finiteness is a
+device flag read once per epoch); what the objectives' spectral core reads back is its own (see the tests).
 """
 
 from __future__ import annotations
@@ -110,7 +115,7 @@ def immunize(model: ImmunizableModel, method: str, loader: CombinedLoader, obj: 
     start = 0
     path = Path(checkpoint) if checkpoint is not None else None
     if path is not None and path.exists():
-        state = torch.load(path, map_location=device, weights_only=False)
+        state = torch.load(path, map_location=device, weights_only=True)  # data only, never code
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
@@ -119,32 +124,21 @@ def immunize(model: ImmunizableModel, method: str, loader: CombinedLoader, obj: 
     history = []
     model.train()
     for epoch in range(start, train.epochs):
-        sums: dict[str, float] = {}
+        sums: dict[str, torch.Tensor] = {}  # on the device: no host copy in the hot loop
+        finite = torch.ones((), dtype=torch.bool, device=device)
         degenerate = 0
         bar = tqdm(loader, desc=f"{method} epoch {epoch + 1}/{train.epochs}", leave=False,
                    disable=not progress or rank != 0)
         for batch_P, batch_H in bar:
-            opt.zero_grad(set_to_none=True)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", DegenerateSpectrumWarning)
-                terms = objective_terms(model, method, batch_P, batch_H, obj, device)
-                loss = weighted_loss(terms, obj)
-                loss.backward()
-            degenerate += sum(issubclass(w.category, DegenerateSpectrumWarning) for w in caught)
-            for w in caught:
-                if not issubclass(w.category, DegenerateSpectrumWarning):
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"{method}: non-finite loss at epoch {epoch + 1}: "
-                                         f"{ {k: float(v) for k, v in terms.items()} }")
-            allreduce_gradients(params)
-            if train.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
-            opt.step()
-            for k, v in terms.items():
-                sums[k] = sums.get(k, 0.0) + float(v.detach())
-            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
-        means = {k: v / len(loader) for k, v in sums.items()}
+            terms, loss, ties = train_step(model, method, batch_P, batch_H, obj, opt, params, train, device)
+            degenerate += ties
+            finite &= torch.isfinite(loss)
+            for k, v in {**terms, "loss": loss}.items():
+                sums[k] = sums[k] + v.detach() if k in sums else v.detach().clone()
+        if not bool(finite):  # one host read per epoch
+            raise FloatingPointError(f"{method}: non-finite loss during epoch {epoch + 1}: epoch sums "
+                                     f"{ {k: float(v) for k, v in sums.items()} }")
+        means = {k: float(v) / len(loader) for k, v in sums.items()}
         means["degenerate_steps"] = float(degenerate)
         history.append(means)
         if path is not None and rank == 0:
@@ -154,6 +148,28 @@ def immunize(model: ImmunizableModel, method: str, loader: CombinedLoader, obj: 
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, means)
     return history
+
+
+def train_step(model: ImmunizableModel, method: str, batch_P: Any, batch_H: Any, obj: ObjectiveConfig,
+               opt: torch.optim.Optimizer, params: list[nn.Parameter], train: TrainConfig,
+               device: str | torch.device) -> tuple[dict[str, torch.Tensor], torch.Tensor, int]:
+    """One optimizer step on a (D_P, D_H) batch pair: terms, weighted loss, backward, gradient averaging over the
+    process group, optional clipping, step. Returns the terms, the loss (device tensors, not read back) and the
+    number of tied-extreme-eigenvalue warnings the core raised (collected, not printed)."""
+    opt.zero_grad(set_to_none=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DegenerateSpectrumWarning)
+        terms = objective_terms(model, method, batch_P, batch_H, obj, device)
+        loss = weighted_loss(terms, obj)
+        loss.backward()
+    for w in caught:
+        if not issubclass(w.category, DegenerateSpectrumWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    allreduce_gradients(params)
+    if train.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
+    opt.step()
+    return terms, loss, sum(issubclass(w.category, DegenerateSpectrumWarning) for w in caught)
 
 
 def pretrain(net: nn.Module, loader: Any, *, epochs: int, lr: float = 1e-3, device: str | torch.device = "cpu",

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..deep.task import Task
+from ..deep.train import world
 from ..deep import (METHOD_LABELS, METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig, SmallCNN,
                     TrainConfig, accuracy, balanced_scale, extract_features, gradient_norms, immunize,
                     linear_probe_curve, pretrain, rir_theta0)
@@ -127,7 +128,10 @@ def proxy_task(cfg: dict[str, Any], work: Path, validation: float | None = None,
 # ------------------------------------------------------------------------------------------- the generic loop
 def _calibration(task: Task, model: ImmunizableModel, cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     """Mean gradient norms of every term at theta_0 over ``calibration_batches`` batch pairs, and the balanced
-    lambdas (tied extreme eigenvalues of a batch's H~ are counted, not printed)."""
+    lambdas (tied extreme eigenvalues of a batch's H~ are counted, not printed). Computed on a copy of ``model``
+    in training mode, as a training step sees it: BatchNorm layers of the immunized blocks use batch statistics
+    and update the copy's running statistics, never theta_0's (frozen layers stay in eval mode)."""
+    model = copy.deepcopy(model).train()
     batches = int(cfg.get("calibration_batches", 5))
     obj = objective_config(cfg, task.harmful_classes)
     pairs = list(zip(range(batches), CombinedLoader(*task.loaders(seed), epoch_on="longer")))
@@ -161,8 +165,9 @@ def evaluate(task: Task, model: ImmunizableModel, reference: ImmunizableModel | 
     }
     if reference is not None:
         feats = [extract_features(m, X, task.device) for X in (task.rir_H, task.rir_P) for m in (model, reference)]
-        r = rir_theta0(*feats, groups=cfg["rir_groups"], group_size=cfg["rir_group_size"], seed=seed)
-        out["rir"] = asdict(r)
+        for key, estimator in (("rir", "pinv"), ("rir_authors", "authors")):
+            out[key] = asdict(rir_theta0(*feats, groups=cfg["rir_groups"], group_size=cfg["rir_group_size"],
+                                         seed=seed, estimator=estimator))
     return out
 
 
@@ -201,7 +206,8 @@ def run_task(task: Task, cfg: dict[str, Any], store: RunStore, work: Path, seeds
             record.update(evaluate(task, model, base, cfg, seed))
         record["wall_s"] = time.perf_counter() - t0
         record["provenance"] = provenance(seed, cfg, device=task.device, dtype="float64", data_label=task.data_label)
-        store.append(record)
+        if world()[0] == 0:  # under torchrun every rank trains; rank 0 alone records
+            store.append(record)
 
 
 # ------------------------------------------------------------------------------ the lambda / epoch search
@@ -435,12 +441,13 @@ def _figure(by: dict[str, list[dict[str, Any]]], out: Path, title: str) -> None:
 def _data_identity(cfg: dict[str, Any], args: argparse.Namespace) -> dict[str, str]:
     """The proxy: the embedded MNIST subset's arrays and the digits. The paper's nets: the folders and the weights
     file's sha256 (hashing ImageNet's files is out of reach; the folders are named instead)."""
-    if args.proxy:
+    if args.proxy or args.smoke:
         from ..data.mnist import load_mnist
 
         data = load_mnist()
-        return data_identity(f"mnist-subset/{cfg['pretrain_digits']}-vs-{cfg['harmful_digits']}",
-                             {"images": data.images, "labels": data.labels})
+        name = (f"mnist-subset/{cfg['pretrain_digits']}-vs-{cfg['harmful_digits']}" if args.proxy
+                else f"mnist-subset digits at 224x224 ({cfg['name']}, {cfg['smoke_per_class']} per class)")
+        return data_identity(name, {"images": data.images, "labels": data.labels})
     import hashlib
 
     digest = hashlib.sha256(Path(args.weights).read_bytes()).hexdigest() if args.weights and Path(
@@ -480,6 +487,10 @@ def run(call) -> int:
         if task is None:
             from ..deep.paper import paper_task
 
+            if args.smoke:
+                from ..deep.smoke import make_digit_folders
+
+                args.imagenet, args.harmful_dir = map(str, make_digit_folders(work / "data", cfg["smoke_per_class"]))
             try:
                 task = paper_task(cfg, args, work)
             except (ValueError, FileNotFoundError, ImportError) as error:  # missing inputs or kappalab[deep]
@@ -492,6 +503,8 @@ def run(call) -> int:
         with store.lock():
             run_task(task, cfg, store, work, seeds, methods, keys)
         print(f"table3 {cfg['name']}: runs finished in {time.perf_counter() - t0:.0f} s this call")
+        if world()[0] != 0:
+            return 0  # tables and figures are rank 0's
         wanted = {key for key, _ in keys.values()}
         records = [r for r in store.records() if r["key"] in wanted]
     elif legacy:  # a store written before run identities (e.g. the committed docs/reproduction/table3)

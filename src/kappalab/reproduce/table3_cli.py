@@ -12,6 +12,9 @@ Modes:
   data (config block ``search``;
   :func:`kappalab.reproduce.table3.run_search`, :mod:`kappalab.deep.search`), writing ``search.jsonl``,
   ``search.md`` and ``search_selected.json``; the selected values are then entered in the config by hand.
+* ``--arch resnet18|vit --smoke``: the paper's code path (timm model, dummy layer, CombinedLoader, checkpoints,
+  both RIR estimators, Figure 3's probe) with random weights on MNIST digits at 224 x 224, on the CPU (needs
+  ``kappalab[deep]``: ``scripts/setup_deep.sh``); config ``table3_<arch>_smoke.json``.
 * ``--arch resnet18|vit --harmful cars|country211 --imagenet DIR --harmful-dir DIR --weights FILE`` (the paper's
   configuration; needs ``kappalab[deep]``, the data, the weights and a GPU; under ``torchrun`` the training is
   data-parallel). Config ``table3_<arch>_<harmful>.json``; outputs under ``results/table3/<arch>_<harmful>``.
@@ -50,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--aggregate-only", action="store_true", help="rebuild table and figure from the records")
     p.add_argument("--arch", choices=["resnet18", "vit"])
     p.add_argument("--harmful", choices=["cars", "country211"])
+    p.add_argument("--smoke", action="store_true",
+                   help="with --arch: the paper's code path on CPU, random weights, MNIST digits as 224x224 images "
+                        "(config table3_<arch>_smoke.json; no --harmful, data or weights needed)")
     p.add_argument("--imagenet", help="ImageNet-1k root with train/ and val/ class folders")
     p.add_argument("--harmful-dir", help="Stanford Cars or Country211 root with train/ and test/ class folders")
     p.add_argument("--weights", help="local timm state dict (.safetensors or .pth/.bin) of the model")
@@ -88,8 +94,10 @@ def prepare(argv: list[str]) -> Call:
         raise UsageError("--proxy / --arch: give either --proxy or --arch/--harmful (see --help)")
     if args.quick and not args.proxy:
         raise UsageError("--quick: needs --proxy")
-    if args.arch and not args.harmful:
-        raise UsageError("--arch: needs --harmful")
+    if args.smoke and not args.arch:
+        raise UsageError("--smoke: needs --arch")
+    if args.arch and not args.smoke and not args.harmful:
+        raise UsageError("--arch: needs --harmful (or --smoke)")
     if args.search and not args.proxy:
         raise UsageError("--search: needs --proxy")
     check_device(args.device)
@@ -99,6 +107,10 @@ def prepare(argv: list[str]) -> Call:
         default_out = RESULTS / ("table3_quick" if args.quick else "table3")
         title = ("CPU-scale analogue (SmallCNN, MNIST subset 0-4 vs 5-9)" + (" [quick]" if args.quick else "")
                  + (f", {cfg['label']}" if cfg.get("label") else "") + "\nnot the paper's experiment")
+    elif args.smoke:
+        cfg = load_table3_config(args.config or f"{args.arch}_smoke", overrides=overrides)
+        default_out = RESULTS / "table3" / cfg["name"]
+        title = f"{cfg['timm_name']} (random weights), MNIST digits 0-4 vs 5-9 at 224x224 [smoke]"
     else:
         cfg = load_table3_config(args.config or f"{args.arch}_{args.harmful}", overrides=overrides)
         default_out = RESULTS / "table3" / cfg["name"]

@@ -74,6 +74,9 @@ class Table3Config:
     trainable_modules: list[str] | None = None
     num_workers: int = 0
     dp_test_limit: int | None = None
+    # the smoke configuration of the deep-net path (``--smoke``)
+    random_weights: bool = False  #: timm's random init (pretrained=False, no hub) instead of ``--weights``
+    smoke_per_class: dict[str, int] | None = None  #: images per digit class in the made train/ and test/ folders
 
 
 FIELD_NAMES = tuple(f.name for f in fields(Table3Config))

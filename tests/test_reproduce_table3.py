@@ -129,6 +129,16 @@ def test_calibration_leaves_theta0_batchnorm_statistics_untouched() -> None:
         assert torch.equal(before[name], value), f"{name} changed during calibration"
 
 
+def _run_tiny(store, work) -> None:
+    """``run_task`` on the tiny task, seed 0, Ours, under the run keys the command would give it."""
+    task = _tiny_task()
+    from kappalab.reproduce.table3_config import FIELD_NAMES
+
+    cfg = {**dict.fromkeys(FIELD_NAMES), **TINY_CFG}  # the fields the tiny config leaves out count as None
+    keys = table3.run_keys(task, cfg, {"name": task.data_label, "sha256": "made by the test"}, [0], ["ours"])
+    table3.run_task(task, TINY_CFG, store, work, [0], ["ours"], keys)
+
+
 @pytest.mark.parametrize("rank", [0, 1])
 def test_only_rank_0_records(rank: int, tmp_path, monkeypatch) -> None:
     """Under torchrun every rank runs the loop; before the fix every rank appended to the store (a second rank
@@ -143,8 +153,8 @@ def test_only_rank_0_records(rank: int, tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
     monkeypatch.setattr(dist, "all_reduce", lambda tensor, op=None, group=None, async_op=False: None)
     store = RunStore(tmp_path / "runs.jsonl")
-    table3.run_task(_tiny_task(), TINY_CFG, store, tmp_path / "work", [0], ["ours"])
-    keys = [r["key"] for r in store.records()] if store.path.exists() else []
+    _run_tiny(store, tmp_path / "work")
+    keys = [r["key"].split(".")[0] for r in store.records()] if store.path.exists() else []
     assert keys == (["tiny/seed0/init", "tiny/seed0/ours"] if rank == 0 else [])
     assert (tmp_path / "work" / "seed0" / "ours.pt").exists() == (rank == 0), "checkpoints: rank 0 only"
 
@@ -153,7 +163,7 @@ def test_records_carry_both_estimators(tmp_path) -> None:
     from kappalab.results import RunStore
 
     store = RunStore(tmp_path / "runs.jsonl")
-    table3.run_task(_tiny_task(), TINY_CFG, store, tmp_path / "work", [0], ["ours"])
+    _run_tiny(store, tmp_path / "work")
     ours = next(r for r in store.records() if r["method"] == "ours")
     assert ours["rir"]["estimator"] == "pinv" and ours["rir_authors"]["estimator"] == "authors"
     assert ours["rir"]["exact_rir"] > 0 and ours["rir_authors"]["exact_rir"] > 0

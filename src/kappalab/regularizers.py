@@ -27,7 +27,9 @@ an exact scaling, see :func:`~kappalab._backend.unit_scale`) and rescale analyti
 to full accuracy (and bit for bit as before for matrices away from the range ends), and NaN never appears. A result
 whose largest magnitude lies outside float64's normal range is returned as IEEE arithmetic rounds it (inf above, a
 subnormal number or 0 below) with a :class:`~kappalab.errors.FloatRangeWarning`, issued under ``check=True``
-(deciding it needs the result's magnitude: a device sync for CUDA tensors).
+(deciding it needs the result's magnitude: a device sync for CUDA tensors). For torch tensors with
+``check=False`` (the training hot loop, which reads nothing back to the host) the scaling is skipped too, since its
+exponent is read on the host: there S is used as given, as before this normalisation existed.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ def scaled_extremes(S: object, *, rtol: float | None, psd: bool, solver: str, ch
     require_values(S, "S")
     if psd and check:
         symmetric(S, "S")
-    e = unit_scale(S)
+    # the exponent is read on the host: a torch hot loop (check=False, no host reads) computes on S unscaled
+    e = unit_scale(S) if check or not is_torch(S) else 0
     S0 = times_pow2(S, -e)
     return S0, e, spectrum_of(S0, rtol=rtol, psd=psd, solver=solver, check=check, scale=e)
 

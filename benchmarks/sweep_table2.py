@@ -134,7 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         cfgs = {m: c.replace(epochs=args.epochs) for m, c in cfgs.items()}
     tasks = [mnist_task(a, b, s, args.data_dir) for _, (a, b), s in jobs]
     key = lambda i: (jobs[i][0], tasks[i].X_P.shape, tasks[i].X_H.shape)
-    batches = group_batches(range(len(jobs)), key, args.batch_size)
+    ordinal: dict[Any, int] = {}  # round-robin over the methods, so that a --max-seconds cut times each of them
+    ranked = []
+    for b in group_batches(range(len(jobs)), key, args.batch_size):
+        ordinal[key(b[0])] = ordinal.get(key(b[0]), -1) + 1
+        ranked.append((ordinal[key(b[0])], b))
+    batches = [b for _, b in sorted(ranked, key=lambda t: t[0])]  # stable: methods in first-seen order per round
 
     out: dict[str, Any] = {"device": args.device, "data": args.data, "runs": len(jobs), "batch_size": args.batch_size,
                            "finish": args.finish, "epochs": cfgs["ours"].epochs,
@@ -165,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                                                          for n in ("K_P", "K_H")}) if args.finish != "none" else None
             results[i] = (run, finish(tasks[i], run, args.finish, data))
         finish_s += time.perf_counter() - t
-        n, D = tasks[idx[0]].X_P.shape
+        D = tasks[idx[0]].X_P.shape[1]
         steps = runs[0].n_steps
         steps_total += steps * len(idx)
         products_s += products_time(len(idx), cfgs[method].batch_size, D, steps, 2 if USES_P[method] else 1,

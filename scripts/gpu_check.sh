@@ -119,7 +119,7 @@ lines += ["", "## 3. Table 2 sweep (official protocol, batched engine)", ""]
 sweep = read("sweep.json")
 if sweep:
     lines += [f"{sweep['runs_timed']} of {sweep['runs']} runs timed ({sweep['epochs']} epochs, data {sweep['data']}, "
-              f"batches of <= {sweep['batch_size']} runs): training {sweep['train_s']:.1f} s, Eq. 15 per run "
+              f"batches of <= {sweep['batch_size']} runs): training {sweep['train_s']:.1f} s, Eq. 15 of every run "
               f"{sweep['finish_s']:.1f} s, "
               f"wall {sweep['wall_s']:.1f} s; the same steps' unavoidable float64 products alone "
               f"{sweep['products_s']:.1f} s ({sweep['products_gflops']:.0f} GFLOP/s; square GEMM "

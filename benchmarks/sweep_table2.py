@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-single", type=int, default=0, help="also run the first K jobs one by one")
     parser.add_argument("--finish", choices=FINISH, default="full",
                         help="per-run work after training: full (as the Table 2 runner), rir (Eq. 15 only), none")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="start no new batch after this many seconds; the report then says how many runs were "
+                             "timed and extrapolates the rest")
     parser.add_argument("--json", default=None, help="write the measurements here")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda"):
@@ -131,7 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         cfgs = {m: c.replace(epochs=args.epochs) for m, c in cfgs.items()}
     tasks = [mnist_task(a, b, s, args.data_dir) for _, (a, b), s in jobs]
     key = lambda i: (jobs[i][0], tasks[i].X_P.shape, tasks[i].X_H.shape)
-    batches = group_batches(range(len(jobs)), key, args.batch_size)
+    ordinal: dict[Any, int] = {}  # round-robin over the methods, so that a --max-seconds cut times each of them
+    ranked = []
+    for b in group_batches(range(len(jobs)), key, args.batch_size):
+        ordinal[key(b[0])] = ordinal.get(key(b[0]), -1) + 1
+        ranked.append((ordinal[key(b[0])], b))
+    batches = [b for _, b in sorted(ranked, key=lambda t: t[0])]  # stable: methods in first-seen order per round
 
     out: dict[str, Any] = {"device": args.device, "data": args.data, "runs": len(jobs), "batch_size": args.batch_size,
                            "finish": args.finish, "epochs": cfgs["ours"].epochs,
@@ -144,8 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     train_s = finish_s = products_s = 0.0
     steps_total, results, data_spectra = 0, {}, {}
     start_all = time.perf_counter()
+    done: list[int] = []
     for idx in batches:
+        if args.max_seconds is not None and time.perf_counter() - start_all > args.max_seconds:
+            print(f"--max-seconds {args.max_seconds:g} reached: {len(done)} of {len(jobs)} runs timed", flush=True)
+            break
         method = jobs[idx[0]][0]
+        done.extend(idx)
         sync(args.device)
         t = time.perf_counter()
         runs = immunize_batch([tasks[i] for i in idx], cfgs[method], [jobs[i][2] for i in idx], args.device)
@@ -157,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                                                          for n in ("K_P", "K_H")}) if args.finish != "none" else None
             results[i] = (run, finish(tasks[i], run, args.finish, data))
         finish_s += time.perf_counter() - t
-        n, D = tasks[idx[0]].X_P.shape
+        D = tasks[idx[0]].X_P.shape[1]
         steps = runs[0].n_steps
         steps_total += steps * len(idx)
         products_s += products_time(len(idx), cfgs[method].batch_size, D, steps, 2 if USES_P[method] else 1,
@@ -166,19 +179,21 @@ def main(argv: list[str] | None = None) -> int:
               f"{products_s:.1f} s so far", flush=True)
     total = time.perf_counter() - start_all
     if args.finish != "none":
+        timed = {jobs[i][0] for i in done}
         out["table"] = {m: {k: float(np.median([r[k] for i, (_, r) in results.items() if jobs[i][0] == m]))
-                            for k in ("term_i", "term_ii", "rir")} for m in METHODS if any(j[0] == m for j in jobs)}
+                            for k in ("term_i", "term_ii", "rir")} for m in METHODS if m in timed}
     D = tasks[0].X_P.shape[1]
-    out.update({"train_s": train_s, "finish_s": finish_s, "products_s": products_s, "wall_s": total,
-                "steps": steps_total, "train_over_products": train_s / products_s,
+    out.update({"runs_timed": len(done), "train_s": train_s, "finish_s": finish_s, "products_s": products_s,
+                "wall_s": total, "steps": steps_total, "train_over_products": train_s / products_s,
                 "total_over_products": (train_s + finish_s) / products_s,
-                "per_run_batched_s": (train_s + finish_s) / len(jobs), "per_run_train_batched_s": train_s / len(jobs),
+                "per_run_batched_s": (train_s + finish_s) / len(done), "per_run_train_batched_s": train_s / len(done),
+                "extrapolated_sweep_s": (train_s + finish_s) / len(done) * len(jobs),
                 "gemm_gflops": gemm_rate(args.device),
-                "products_gflops": sum(2.0 * (4 if USES_P[m] else 2) * 64 * D * D for m, _, _ in jobs)
-                * (steps_total / len(jobs)) / products_s / 1e9})
+                "products_gflops": sum(2.0 * (4 if USES_P[jobs[i][0]] else 2) * 64 * D * D for i in done)
+                * (steps_total / len(done)) / products_s / 1e9})
     if args.check_single:
         rows = []
-        for i in range(min(args.check_single, len(jobs))):
+        for i in sorted(done)[:args.check_single]:  # the sweep's order: the methods interleaved
             method, (a, b), seed = jobs[i]
             sync(args.device)
             t = time.perf_counter()

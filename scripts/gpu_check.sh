@@ -11,7 +11,7 @@
 #   2. benchmarks: benchmarks/test_bench_batched.py --benchmark-only --device DEVICE (one official step, single vs
 #      batched, achieved GFLOP/s vs the device's float64 GEMM rate in the same run);
 #   3. sweep: benchmarks/sweep_table2.py (Table 2 official protocol, 1080 runs by default, Eq. 15 per run; the first
-#      8 runs also through the single engine: agreement and per-run time), against its products' time. It starts no
+#      CHECK_SINGLE (default 8) runs also through the single engine: agreement and per-run time), against its products' time. It starts no
 #      new batch after SWEEP_SECONDS (default 300, so that the whole check stays within 10 minutes); the report
 #      then gives the runs timed and the extrapolated time of the whole sweep.
 #
@@ -25,6 +25,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 DEVICE=cuda DATA=subset DATA_DIR="" RUNS="" EPOCHS="" BATCH="" OUT=docs/gpu.md
 SWEEP_SECONDS=${SWEEP_SECONDS:-300}  # the sweep starts no new batch after this; the rest is extrapolated
+CHECK_SINGLE=${CHECK_SINGLE:-8}  # the first runs also trained by the single engine (agreement, per-run time)
 
 usage() { echo "gpu_check: $1 (usage: scripts/gpu_check.sh [--device cuda|cpu] [--data subset|mnist]" \
                "[--data-dir DIR] [--runs N] [--epochs E] [--batch-size R] [--out FILE])" >&2; exit 2; }
@@ -74,7 +75,7 @@ tail -n 30 "$WORK/bench.txt"
 
 echo "== 3/3 Table 2 sweep, official protocol, batched engine ($DEVICE, data $DATA)"
 sweep=(benchmarks/sweep_table2.py --device "$DEVICE" --data "$DATA" --batch-size "$BATCH" --finish rir
-       --check-single 8 --max-seconds "$SWEEP_SECONDS" --json "$WORK/sweep.json")
+       --check-single "$CHECK_SINGLE" --max-seconds "$SWEEP_SECONDS" --json "$WORK/sweep.json")
 [ -z "$DATA_DIR" ] || sweep+=(--data-dir "$DATA_DIR")
 [ -z "$RUNS" ] || sweep+=(--runs "$RUNS")
 [ -z "$EPOCHS" ] || sweep+=(--epochs "$EPOCHS")

@@ -89,6 +89,9 @@ def torch_kappa(S, definition: KappaDefinition, *, rtol: float | None = None, sh
             raise ValueError(f"the gram route implements the 'shifted' kappa only, got {definition!r}")
         e = gram_extremes_shifted(S, shift)
         return e.s_max / e.s_min
+    if S.ndim > 2:  # a stack of runs (the batched engine): one kappa per run, the same eigenvalues and kept set
+        e = torch_extremes(S, definition, rtol=rtol, shift=shift)
+        return e.s_max / e.s_min
     if definition == "pinv":
         return kappa_of_spectrum(eigenvalues(S), rtol, check=False)
     if definition == "shifted":

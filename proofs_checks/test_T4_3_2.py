@@ -114,13 +114,13 @@ def test_stated_bound_is_not_scale_consistent_exact():
                       corrected_ratio_c1000_over_c1=c**3, kappa_before=k0, kappa_after_half_corrected=k1)
 
 
-@budget(20)
+@budget(15)
 @given(case=h_near_ties(), f=near_bound_fractions())
 def test_corrected_bound_increases_kappa_near_ties_of_h(case, f):
     check_step_claim(CORRECTED, case, f, EV)
 
 
-@budget(12)
+@budget(8)
 @given(case=thetas_and_covariances(theta_kw={"rank": "full", "min_rank": 2, "min_gap": 1e-3,
                                              "max_log_kappa": 3}))
 def test_measure_bounds_and_vacuity_under_rescaling_of_K(case):

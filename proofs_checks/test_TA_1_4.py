@@ -67,7 +67,7 @@ def test_step_inside_stated_bound_decreases_kappa(sm, f):
     check_step_claim(PROBLEM, sm, f, EV)
 
 
-@budget(15)
+@budget(10)
 @given(sm=spectral_matrices(rank="any", min_rank=2, min_gap=1e-3, max_log_kappa=6))
 def test_measure_stated_bound_and_scale_invariance(sm):
     assert_bound_ratio_scale_invariant(PROBLEM, sm, EV, SCALES)

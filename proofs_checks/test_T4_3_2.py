@@ -127,9 +127,8 @@ def test_measure_bounds_and_vacuity_under_rescaling_of_K(case):
     """For K -> c K, c in {1e-3, 1, 1e3}: the stated bound's vacuity (s_min >= k/2, asserted) and, where it is not
     vacuous, eta_max/bound (a value < 1 is a violation confirmed in 80 digits by the measurement; the rank drop at
     k d^2/(2 (k-1) s_min) need not be one, see the module docstring); the corrected bound is sufficient and
-    scale-invariant
-    (its tightness, eta_max/bound = 1, is asserted on the witnesses of :func:`bound_location`; here the share of
-    draws where the 80-digit rank drop at the bound was confirmed is recorded)."""
+    scale-invariant (its tightness, eta_max/bound = 1, is asserted on the witnesses of :func:`bound_location`;
+    here the share of draws where it is tight is recorded)."""
     fam = "theta " + ",".join(case.theta.family.split(",")[1:3])
     corrected = []
     for c in SCALES:

@@ -164,7 +164,11 @@ def measure_bound(problem: StepProblem, case: Any, ev: Evidence, keys: tuple[str
                 break
             first = first_failure(lambda eta: problem.float_ok(case, eta), etas, start=bound)
             where = "grid, past a float64 artifact"
-        for eta_c in sorted(x for x in problem.critical(case, True) if x > 0):
+        # each critical step, and 1e-20 before it: next to a rank drop the failure window (kappa -> inf as a
+        # singular value -> 0) has relative width ~ 1/kappa, narrower than the float64 scan resolves when
+        # kappa > 1e6; the window's start is then located to that relative width
+        steps = sorted(eta for x in problem.critical(case, True) if x > 0 for eta in (x * (1 - mp.mpf(10) ** -20), x))
+        for eta_c in steps:
             if float(eta_c) > first * (1 + 1e-6):
                 break
             k0, k1 = problem.kappas(case, eta_c, True)

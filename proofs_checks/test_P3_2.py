@@ -8,7 +8,8 @@ eigenvalues (4, 1) are distinct, so u_i and q_j are unique up to sign and Eq. 10
 eig(H) = (281 +- 9 sqrt(481))/50 = (9.567..., 1.672...). Secondary: the review's 45-degree rotation (U = theta,
 V = I), K = diag(4, 1): eig(H) = {4, 1}, proof reading (5/2, 5/2), main-text reading (17/2, 17/2); caveat: its
 singular values are equal (1, 1), so its SVD is not unique, and with the equally valid choice U = I,
-V = theta^T the proof reading gives exactly (4, 1). Correct replacement (checked): under the proof reading Eq. 10 is the diagonal of
+V = theta^T the proof reading gives exactly (4, 1).
+Correct replacement (checked): under the proof reading Eq. 10 is the diagonal of
 ``M = Sigma U^T K U Sigma`` (similar to H), so it is majorized by eig(H) (Schur-Horn; equal sums = trace) and
 equals eig(H) iff M is diagonal (e.g. U's columns are eigenvectors of K).
 """

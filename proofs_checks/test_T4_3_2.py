@@ -114,21 +114,21 @@ def test_stated_bound_is_not_scale_consistent_exact():
                       corrected_ratio_c1000_over_c1=c**3, kappa_before=k0, kappa_after_half_corrected=k1)
 
 
-@budget(20)
+@budget(15)
 @given(case=h_near_ties(), f=near_bound_fractions())
 def test_corrected_bound_increases_kappa_near_ties_of_h(case, f):
     check_step_claim(CORRECTED, case, f, EV)
 
 
-@budget(12)
+@budget(8)
 @given(case=thetas_and_covariances(theta_kw={"rank": "full", "min_rank": 2, "min_gap": 1e-3,
                                              "max_log_kappa": 3}))
 def test_measure_bounds_and_vacuity_under_rescaling_of_K(case):
-    """For K -> c K, c in {1e-3, 1, 1e3}: the stated bound's vacuity (s_min >= k/2) and, where it is not
-    vacuous, its violations, which begin no later than the rank-drop step k d^2/(2 (k-1) s_min) (= the corrected
-    bound), so a stated bound beyond that step is violated; the corrected bound is sufficient and scale-invariant
-    (its tightness, eta_max/bound = 1, is asserted on the witnesses of :func:`bound_location`; here the share of
-    draws where the 80-digit rank drop at the bound was confirmed is recorded)."""
+    """For K -> c K, c in {1e-3, 1, 1e3}: the stated bound's vacuity (s_min >= k/2, asserted) and, where it is not
+    vacuous, eta_max/bound (a value < 1 is a violation confirmed in 80 digits by the measurement; the rank drop at
+    k d^2/(2 (k-1) s_min) need not be one, see the module docstring); the corrected bound is sufficient and
+    scale-invariant (its tightness, eta_max/bound = 1, is asserted on the witnesses of :func:`bound_location`;
+    here the share of draws where it is tight is recorded)."""
     fam = "theta " + ",".join(case.theta.family.split(",")[1:3])
     corrected = []
     for c in SCALES:
@@ -143,12 +143,6 @@ def test_measure_bounds_and_vacuity_under_rescaling_of_K(case):
                                        expect_sufficient=True))
         assert corrected[-1] is not None, "the corrected bound is never vacuous"
         EV.sample(f"corrected tight (eta_max/bound = 1) [K x1e{c}]", float(abs(corrected[-1] - 1) <= 1e-9))
-        if ratio is not None:  # violations begin no later than the rank drop; a stated bound beyond it is violated
-            bound, (eta_c,) = PROBLEM.float_bound(sc), PROBLEM.critical(sc, False)
-            if eta_c < 1e3 * bound:
-                assert ratio * bound <= eta_c * (1 + 1e-6), f"eta_max {ratio * bound} beyond {eta_c}\n{sc!r}"
-            if bound > eta_c * (1 + 1e-6):
-                assert ratio < 1, f"stated bound {bound} > rank drop {eta_c} but no violation measured\n{sc!r}"
     assert_same_ratio("T4.3.2 corrected", corrected, case)
 
 

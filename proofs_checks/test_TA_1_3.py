@@ -7,7 +7,6 @@ not depend on the rank). A tie at s_max raises ``DegenerateSpectrumError``. Verd
 
 from __future__ import annotations
 
-import numpy as np
 import sympy as sp
 from hypothesis import given, strategies as st
 

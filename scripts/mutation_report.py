@@ -83,10 +83,12 @@ def render(report: dict) -> str:
              "    MUTMUT=/path/to/venv/bin/mutmut scripts/mutation.sh [MODULE...]", "",
              "Score = (killed + timeout) / (checked - equivalent survivors). Wall time is for one child process",
              "under `nice -n 10` on a shared 2-core machine.", "",
-             "| module | total | not checked | killed | timeout | survived | equivalent | score (non-equivalent) | wall s |",
+             "| module | total | not checked | killed | timeout | survived | equivalent | score (non-equivalent) "
+             "| wall s |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, m in sorted(report["modules"].items()):
-        lines.append(f"| {name} | {m['total']} | {m['not_checked']} | {m['killed']} | {m['timeout']} | {m['survived']} | "
+        lines.append(f"| {name} | {m['total']} | {m['not_checked']} | {m['killed']} | {m['timeout']} | "
+                     f"{m['survived']} | "
                      f"{m['equivalent']} | {m['score_non_equivalent']:.1%} | {m['wall_seconds']} |")
     for name, m in sorted(report["modules"].items()):
         if not m["survivors"]:

@@ -85,7 +85,7 @@ def test_preconditioned_step_is_differentiable_in_torch() -> None:
     # Alg. 1's step theta - eta K^-1 G stays in torch (no host round trip), so autograd flows through it:
     # d/dG <1, theta - eta K^-1 G> = -eta K^-1 1 1^T (K symmetric); here K = diag(2, 4), eta = 1/2.
     theta = torch.eye(2, dtype=torch.float64)
-    K = torch.diag(torch.tensor([2.0, 4.0], dtype=torch.float64))
+    K = torch.diag(torch.tensor([2.0, 4.0], dtype=torch.float64)).requires_grad_(True)
     G = torch.ones(2, 2, dtype=torch.float64, requires_grad=True)
     kl.preconditioned_step(theta, K, G, 0.5).sum().backward()
     torch.testing.assert_close(G.grad, torch.tensor([[-0.25, -0.25], [-0.125, -0.125]], dtype=torch.float64),

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..regularizers import condition_number
+from ..kappa import DEFAULT_SHIFT, condition_number, kappa_shifted
 from .model import ImmunizableModel, hessian_tilde
 
 
@@ -68,8 +68,8 @@ def kappa_tilde(F: torch.Tensor, rtol: float | None = None) -> float:
     return float(condition_number(F.detach(), rtol)) ** 2
 
 
-AUTHORS_SHIFT = 1e-6
-"""The diagonal shift of the authors' ``condition_number`` (their ``lambda_diag``)."""
+AUTHORS_SHIFT = DEFAULT_SHIFT
+"""The diagonal shift of the authors' ``condition_number`` (their ``lambda_diag``, 1e-6)."""
 
 
 def log_kappa_authors(F: torch.Tensor, shift: float = AUTHORS_SHIFT) -> torch.Tensor:
@@ -78,11 +78,7 @@ def log_kappa_authors(F: torch.Tensor, shift: float = AUTHORS_SHIFT) -> torch.Te
     if F.ndim != 2:
         raise ValueError(f"F must be a 2-D (samples x features) matrix, got shape {tuple(F.shape)}")
     F = F.detach().to(torch.float64)
-    e = torch.linalg.eigvalsh(F.T @ F + shift * torch.eye(F.shape[1], dtype=F.dtype, device=F.device))
-    above = e[e > shift]
-    if above.numel() == 0:
-        raise ValueError(f"no eigenvalue of F^T F + {shift:g} I lies above {shift:g} (zero features?)")
-    return torch.log(e.max()) - torch.log(above.min())
+    return torch.log(kappa_shifted(F.T @ F, shift))  # the official rule's one home: kappalab.kappa
 
 
 Estimator = Literal["pinv", "authors"]

@@ -2,11 +2,15 @@
 
     python benchmarks/profile_step_cuda.py   (needs CUDA; prints torch.profiler tables; see docs/gpu.md)
 """
-import sys, time
+import sys
+
 import torch
+
 sys.path.insert(0, "benchmarks")
-from test_bench_batched import _setup
-from kappalab.immunization.methods import step_gradients
+from test_bench_batched import _setup  # noqa: E402  (the benchmark's setup: same tasks, configs, stacking)
+
+from kappalab.immunization.methods import step_gradients  # noqa: E402
+
 torch.backends.cuda.matmul.allow_tf32 = False
 for method, runs in (("ours", 64), ("ours", 1)):
     proto, p, batch, cfg, tasks = _setup(method, runs, "cuda")

@@ -253,20 +253,17 @@ def official_subset(split: RegressionSplit, n: int = OFFICIAL_SUBSET_ROWS) -> Re
 
 
 def feature_rank(X: np.ndarray, rtol: float | None = None) -> int:
-    """Numerical rank of X (equal to the rank of X^T X).
+    """Numerical rank of X (equal to the rank of X^T X) by :mod:`kappalab.kappa`'s rule: singular values of X above
+    ``rtol * s_max``, default ``rtol = max(N, D) * eps`` (float64), as in ``numpy.linalg.matrix_rank``."""
+    from kappalab import kappa
 
-    Counts singular values of X above ``rtol * s_max``; the default ``rtol`` is
-    ``max(N, D) * eps`` (float64 machine epsilon), as in ``numpy.linalg.matrix_rank``.
-    """
     matrix = np.asarray(X, dtype=np.float64)
     if matrix.ndim != 2:
         raise ValueError(f"X must be a 2-D array, got shape {matrix.shape}")
-    if rtol is None:
-        rtol = max(matrix.shape) * np.finfo(np.float64).eps
-    singular = np.linalg.svd(matrix, compute_uv=False)
+    singular = kappa.singular_values(matrix)
     if singular.size == 0 or singular[0] == 0:
         return 0
-    return int(np.sum(singular > rtol * singular[0]))
+    return int(kappa.numerical_rank(singular, kappa.rank_threshold(singular[0], kappa.resolve_rtol(rtol, matrix))))
 
 
 def constant_features(split: RegressionSplit) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as nnf
 
+from ..immunization.spectra import torch_extremes
 from ..regularizers import r_ill, r_well
 from .model import ImmunizableModel, hessian_tilde
 
@@ -70,15 +71,12 @@ class ObjectiveConfig:
 
 
 def kappa_autograd(H: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
-    """kappa of the PSD ``H`` (largest over smallest eigenvalue above ``rtol * max``), differentiable through
+    """kappa of the PSD ``H`` (largest over smallest eigenvalue above ``rtol * max``: :mod:`kappalab.kappa`'s rank
+    rule, through :func:`kappalab.immunization.spectra.torch_extremes`), differentiable through
     ``torch.linalg.eigvalsh`` (whose backward has no eigen-gap denominators). Computed on the device without
-    reading anything back: an ``H`` with no eigenvalue above the tolerance (a zero ``H``) gives NaN, which the
-    training loop reports as a non-finite loss."""
-    e = torch.linalg.eigvalsh(H)
-    tol = (H.shape[0] * torch.finfo(H.dtype).eps) if rtol is None else rtol
-    above = e.detach() > tol * e.detach()[-1]
-    s_min = torch.where(above, e, torch.full_like(e, float("inf"))).min()
-    return e[-1] / torch.where(torch.isinf(s_min), torch.full_like(s_min, float("nan")), s_min)
+    reading anything back: a zero ``H`` gives NaN, which the training loop reports as a non-finite loss."""
+    e = torch_extremes(H, "pinv", rtol=rtol)
+    return e.s_max / e.s_min
 
 
 def _xy(batch: Any, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:

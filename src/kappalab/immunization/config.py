@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 from kappalab.configs import CONFIG_DIR, ConfigError, read, set_dotted
+from kappalab.kappa import DEFAULT_SHIFT
 
 Method = Literal["ours", "rill_only", "imma", "opt_kappa"]
 Protocol = Literal["paper", "official"]
@@ -45,7 +46,7 @@ EXTRA: dict[str, tuple[Default, str]] = {
     "kappa_weight_H": (1.0, "Opt kappa: weight of kappa(H_H)"),
     "inner_steps": (1, "IMMA: differentiable inner steps on L(D_H)"),
     "inner_lr": (lambda cfg: cfg.eta, "IMMA: inner step size (default: eta)"),
-    "shift": (1e-6, "the official code's shifted kappa: eigvalsh(S + shift I), eigenvalues > shift kept"),
+    "shift": (DEFAULT_SHIFT, "the official code's shifted kappa: eigvalsh(S + shift I), eigenvalues > shift kept"),
     "rank_rtol": (None, "eigenvalues <= rtol * lambda_max count as zero; None: n * eps"),
     "on_degenerate": ("warn", "a non-unique extreme eigenvalue: 'warn' (count it) or 'raise'"),
     "spectral_route": ("dense", "'dense', 'gram' or 'features' (kappalab.immunization.protocols)"),

@@ -26,4 +26,4 @@ def test_every_package_under_src_and_the_claim_checks_are_shipped() -> None:
 def test_configs_and_registry_are_package_data() -> None:
     data = _setuptools()["package-data"]["kappalab"]
     assert "configs/*.json" in data and "verify/*.json" in data
-    assert len(list((ROOT / "src" / "kappalab" / "configs").glob("*.json"))) == 29
+    assert (ROOT / "src" / "kappalab" / "configs" / "table1_paper_ours.json").is_file()  # where the pattern points

@@ -1,6 +1,6 @@
 """Cross-check of Table 2's stored runs: rerun some keys on the older engine and compare Eq. 15 run by run.
 
-The sweep's runs use the "features" spectral route with torch's fused Adam (experiments/configs/table2_official.json).
+The sweep's runs use the "features" spectral route with torch's fused Adam (the shipped config table2_official.json).
 This script reruns chosen keys with ``spectral_route = "gram"`` and the for-loop Adam (the engine of every run
 made before 2026-11-30), evaluates both extractors the same way (spectra by SVD of the features,
 :func:`kappalab.reproduce.table2.feature_spectrum`), and writes the relative differences of (i), (ii) and
@@ -29,8 +29,9 @@ from kappalab.sweep import limit_threads
 def crosscheck(record: dict) -> dict:
     """Rerun one stored record on the gram route with the for-loop Adam; both evaluated from SVD spectra."""
     p = record["params"]
-    task = mnist_task(p["a"], p["b"], p["seed"], p.get("data_dir"), p.get("pool", 1))
-    cfg = table2_config(p["protocol"], p["method"]).replace(epochs=p["epochs"])
+    task = mnist_task(p["a"], p["b"], p["seed"], p.get("data_dir"), p.get("pool", 1),
+                      p.get("dataset", "mnist-subset"))
+    cfg = table2_config(p["protocol"], p["method"], p.get("overrides")).replace(epochs=p["epochs"])
     cfg = cfg.replace(extra={**cfg.extra, "spectral_route": "gram", "adam_fused": False, "monitor_every": 1})
     run = immunize(task, cfg, p["seed"])
     rerun = rir_from_spectra(run_spectra(task, run.theta_I, run.bias))

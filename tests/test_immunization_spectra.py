@@ -84,10 +84,10 @@ def test_every_table1_config_loads_and_cites_table4():
             cfg = table1_config(protocol, method)
             assert cfg.eta == 0.005 and cfg.lambda_H == 1e7
             assert cfg.source[0].endswith("linear_house_prices.json")
-            assert set(cfg.extra) == set(cfg.reasons) and all(cfg.reasons.values())
+            assert set(cfg.extra) <= set(cfg.reasons) and all(cfg.reasons.values())
     assert table1_config("paper", "ours").epochs == 1000 and table1_config("official", "ours").epochs == 10
     assert table1_config("paper", "rill_only").lambda_P == 0
-    with pytest.raises(ValueError, match="path_or_name"):
+    with pytest.raises(ValueError, match="no such file"):
         load_config("no_such_config")
 
 

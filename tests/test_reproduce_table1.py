@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,22 +27,27 @@ def _have_data() -> bool:
 pytestmark = pytest.mark.skipif(not _have_data(), reason="House Prices train.csv not available")
 
 
+REFERENCE = Path(__file__).parent / "data" / "table1_quick_reference.json"
+
+
 @pytest.mark.parametrize("protocol", ["paper", "official"])
 def test_quick_run_is_complete_and_self_consistent(tmp_path, protocol):
     out = tmp_path / protocol
     args = ["reproduce", "table1", "--quick", "--protocol", protocol, "--out", str(out), "--no-progress",
             "--probe-iters", "20"]
     assert cli_main(args) == 0
-    for name in ("table1.json", "table1.md", "table1.csv", "figure1.png", "figure1.pdf", "features_P.npy",
-                 "features_H.npy", "runs.jsonl"):
+    for name in (f"table1_{protocol}.json", f"table1_{protocol}.md", f"table1_{protocol}.csv",
+                 f"figure1_{protocol}.png", f"figure1_{protocol}.pdf", f"runs_{protocol}.jsonl"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
-    data = json.loads((out / "table1.json").read_text())
+    data = json.loads((out / f"table1_{protocol}.json").read_text())
     assert {r["method"] for r in data["runs"]} == {"ours", "rill_only", "imma", "opt_kappa"}
-    X_P, X_H = np.load(out / "features_P.npy"), np.load(out / "features_H.npy")
+    folder = out / "data" / data["meta"]["data"]["sha256"][:12]
+    X_P, X_H = np.load(folder / "features_P.npy"), np.load(folder / "features_H.npy")
     assert X_P.dtype == np.float64 and X_P.shape[1] == 79
-    task = LinearTask(X_P, np.load(out / "y_P.npy"), X_H, np.load(out / "y_H.npy"), "mse", "files", "files")
+    task = LinearTask(X_P, np.load(folder / "y_P.npy"), X_H, np.load(folder / "y_H.npy"), "mse", "files", "files")
     for r in data["runs"]:
         assert r["provenance"]["seed"] == r["seed"] and r["protocol"] == protocol
+        assert r["key"].endswith(r["identity"]["hash"]) and r["identity"]["options"]["seed"] == r["seed"]
         theta = np.load(out / r["files"]["theta_I"])
         bias = np.load(out / r["files"]["bias"]) if r["files"]["bias"] else None
         assert (bias is not None) == (protocol == "official")
@@ -50,9 +56,45 @@ def test_quick_run_is_complete_and_self_consistent(tmp_path, protocol):
             for k in ("term_i", "term_ii", "rir"):
                 assert again[d][k] == pytest.approx(r["evaluation"][d][k], rel=1e-10), (r["key"], d, k)
     # the markdown lists the paper's numbers as a labelled reference next to ours
-    md = (out / "table1.md").read_text()
+    md = (out / f"table1_{protocol}.md").read_text()
     assert "paper RIR" in md and "356.2" in md
     # resumable: a second call redoes nothing
     assert cli_main(args) == 0
-    lines = (out / "runs.jsonl").read_text().splitlines()
-    assert len(lines) == 4
+    assert len((out / f"runs_{protocol}.jsonl").read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize("protocol", ["paper", "official"])
+def test_quick_numbers_are_those_of_the_engine_before_the_refactor(tmp_path, protocol):
+    """Every number of ``--quick`` (both kappa definitions, the sensitivity block, the probing counts) equals
+    exactly what the runner before the engine refactor (commit 1680d7b) wrote for the same command:
+    tests/data/table1_quick_reference.json, recorded from that commit's ``reproduce table1 --quick``."""
+    reference = json.loads(REFERENCE.read_text())["runs"]
+    assert cli_main(["reproduce", "table1", "--quick", "--protocol", protocol, "--out", str(tmp_path),
+                     "--no-progress"]) == 0
+    runs = json.loads((tmp_path / f"table1_{protocol}.json").read_text())["runs"]
+    assert len(runs) == 4
+    for r in runs:
+        ref = reference[f"{protocol}/{r['method']}/seed{r['seed']}/epochs{r['epochs']}"]
+        assert r["evaluation"] == ref["evaluation"], r["key"]
+        assert r["probing"] == ref["probing"], r["key"]
+
+
+def test_two_protocols_and_a_changed_config_share_one_out(tmp_path):
+    """paper and official into one --out leave each other's files alone; --set makes new runs under new keys,
+    never showing the old numbers; the store keeps both."""
+    base = ["reproduce", "table1", "--quick", "--out", str(tmp_path), "--no-progress", "--probe-iters", "5",
+            "--methods", "ours"]
+    assert cli_main(base + ["--protocol", "paper"]) == 0
+    paper = json.loads((tmp_path / "table1_paper.json").read_text())["runs"][0]
+    theta = tmp_path / paper["files"]["theta_I"]
+    before = theta.read_bytes()
+    assert cli_main(base + ["--protocol", "official"]) == 0
+    official = json.loads((tmp_path / "table1_official.json").read_text())["runs"][0]
+    assert theta.read_bytes() == before and official["files"]["theta_I"] != paper["files"]["theta_I"]
+    assert json.loads((tmp_path / "table1_paper.json").read_text())["runs"][0] == paper
+    assert cli_main(base + ["--protocol", "paper", "--set", "lambda_H=3e7"]) == 0
+    changed = json.loads((tmp_path / "table1_paper.json").read_text())["runs"][0]
+    assert changed["key"] != paper["key"] and changed["identity"]["config"]["lambda_H"] == 3e7
+    assert changed["evaluation"]["pinv"]["rir"] != paper["evaluation"]["pinv"]["rir"]
+    assert len((tmp_path / "runs_paper.jsonl").read_text().splitlines()) == 2  # both kept
+    assert theta.read_bytes() == before

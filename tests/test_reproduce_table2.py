@@ -141,29 +141,37 @@ def test_quick_end_to_end_resumes_and_reports(tmp_path: Path) -> None:
 
 
 def test_spectral_route_is_recorded_and_never_mixed(tmp_path: Path) -> None:
-    """The official configs use the features route; a store of (older, field-less = dense) runs refuses runs of
-    another route, and the default folder of a non-dense route is table2/<route>."""
-    assert table2.spectral_route("official") == "features"
-    assert table2.spectral_route("paper") == "dense"
-    plan = table2.plan_from_args(table2.build_parser().parse_args(["--protocol", "official"]))
-    assert plan.out == Path("docs/reproduction/table2/features")
-    plan = table2.plan_from_args(table2.build_parser().parse_args(["--protocol", "official", "--out",
-                                                                   str(tmp_path)]))
-    table2.check_store_route(plan, "features")  # empty store: fine
-    RunStore(plan.store_path).append({"key": "k", "params": {}, "result": {"train_s": 1.0, "spectra": "svd"}})
+    """The official configs use the features route; a store of runs of another route, of spectra computed another
+    way, or of records written before run identities takes no new runs (a one-line error, status 2)."""
+    parse = table2.build_parser().parse_args
+    assert table2.spectral_route(table2.plan_from_args(parse(["--protocol", "official"]))) == "features"
+    assert table2.spectral_route(table2.plan_from_args(parse(["--protocol", "paper"]))) == "dense"
+    assert table2.plan_from_args(parse(["--protocol", "official"])).out == Path("results/table2")
+    assert table2.plan_from_args(parse(["--quick"])).out == Path("results/table2_quick")
+    plan = table2.plan_from_args(parse(["--protocol", "official", "--out", str(tmp_path)]))
+    table2.check_store(plan, "features")  # empty store: fine
+    RunStore(plan.store_path).append({"key": "k", "params": {}, "identity": {},
+                                      "result": {"train_s": 1.0, "spectra": "svd"}})
     assert table2.record_route(RunStore(plan.store_path).records()[0]) == "dense"
-    table2.check_store_route(plan, "dense")
+    table2.check_store(plan, "dense")
     with pytest.raises(ValueError, match="spectral_route"):
-        table2.check_store_route(plan, "features")
+        table2.check_store(plan, "features")
     assert table2.main(["--protocol", "official", "--out", str(tmp_path), "--pairs", "0-1", "--seeds", "0",
                         "--no-progress"]) == 2
     # a store whose spectra are Gram eigenvalues (records before the "spectra" field) takes no new runs
     old = tmp_path / "old"
-    old.mkdir()
-    old_plan = table2.plan_from_args(table2.build_parser().parse_args(["--protocol", "official", "--out", str(old)]))
-    RunStore(old_plan.store_path).append({"key": "k", "params": {}, "result": {"spectral_route": "features"}})
+    old_plan = table2.plan_from_args(parse(["--protocol", "official", "--out", str(old)]))
+    RunStore(old_plan.store_path).append({"key": "k", "params": {}, "identity": {},
+                                          "result": {"spectral_route": "features"}})
     with pytest.raises(ValueError, match="eigvalsh-gram"):
-        table2.check_store_route(old_plan, "features")
+        table2.check_store(old_plan, "features")
+    # a store written before run identities (like the committed ones) is read, never extended
+    legacy = tmp_path / "legacy"
+    legacy_plan = table2.plan_from_args(parse(["--protocol", "official", "--out", str(legacy)]))
+    RunStore(legacy_plan.store_path).append({"key": "k", "params": {}, "result": {"spectral_route": "features",
+                                                                                  "spectra": "svd"}})
+    with pytest.raises(ValueError, match="before run identities"):
+        table2.check_store(legacy_plan, "features")
 
 
 def test_feature_spectrum_resolves_kappa_far_beyond_the_eigenvalue_floor(rng: np.random.Generator) -> None:

@@ -1,44 +1,88 @@
-"""Command line: ``kappalab verify``, ``kappalab reproduce NAME ...`` and ``kappalab main``.
+"""Command line: ``kappalab verify``, ``kappalab reproduce NAME ...``, ``kappalab analyze ...`` and
+``kappalab main``.
 
 Each sub-command lives in its own module with a ``main(argv) -> int`` entry point, imported only when used:
-``verify`` -> :mod:`kappalab.verify`, ``reproduce table1|table2|table3`` -> ``kappalab.reproduce.<name>``.
+``verify`` -> :mod:`kappalab.verify`, ``reproduce table1|table2|table3`` -> :data:`REPRODUCIBLE`,
+``analyze`` -> ``kappalab.analyze`` (when that module is installed). ``--help`` works everywhere and never starts
+work; a usage error is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 USAGE = """usage: kappalab COMMAND [ARGS]
 
 commands:
-  verify [ARGS]            run proofs_checks and write docs/verdicts.md and docs/verdicts.json
-  reproduce NAME [ARGS]    reproduce a table: NAME is table1, table2 or table3 (see --help of each)
+  verify [ARGS]            run the claim checks (proofs_checks) and write verdicts.md / verdicts.json
+                           (default under results/verify)
+  reproduce NAME [ARGS]    reproduce a table: NAME is table1, table2 or table3 (see kappalab reproduce NAME --help)
+  analyze [ARGS]           analyses of stored results (see kappalab analyze --help)
   main                     the README's main job: verify, then reproduce Table 1 (paper protocol) on the
-                           embedded default data
+                           embedded default data; outputs under results/
+
+Every command takes --help. Outputs go under results/ unless --out (--out-dir for verify) says otherwise.
 """
 
-REPRODUCIBLE = ("table1", "table2", "table3")
+REPRODUCE_USAGE = """usage: kappalab reproduce NAME [ARGS]
+
+NAME:
+  table1    Table 1 and Figure 1: House Prices, linear extractor (kappalab reproduce table1 --help)
+  table2    Table 2 and Figure 2: MNIST digit pairs, linear extractor (kappalab reproduce table2 --help)
+  table3    Table 3 and Figure 3: deep nets, and a CPU-scale proxy (kappalab reproduce table3 --help)
+"""
+
+MAIN_USAGE = """usage: kappalab main
+
+Runs `kappalab verify`, then `kappalab reproduce table1 --protocol paper` (4 methods x 5 seeds, ~7 min on one
+CPU core); outputs under results/verify and results/table1. Takes no arguments.
+"""
+
+#: reproduce NAME -> the module whose ``main(argv)`` runs it (table3's command line parses without torch)
+REPRODUCIBLE = {"table1": "kappalab.reproduce.table1", "table2": "kappalab.reproduce.table2",
+                "table3": "kappalab.reproduce.table3_cli"}
+HELP = ("-h", "--help")
+
+
+def _usage_error(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message} (see {prog} --help)", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:
+        print(USAGE, file=sys.stderr)
+        return 2
+    if argv[0] in HELP:
         print(USAGE)
-        return 0 if argv else 2
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "verify":
         return importlib.import_module("kappalab.verify").main(rest)
     if command == "reproduce":
+        if rest and rest[0] in HELP:
+            print(REPRODUCE_USAGE)
+            return 0
         if not rest or rest[0] not in REPRODUCIBLE:
-            print(f"kappalab reproduce: NAME must be one of {', '.join(REPRODUCIBLE)}\n\n{USAGE}", file=sys.stderr)
-            return 2
-        return importlib.import_module(f"kappalab.reproduce.{rest[0]}").main(rest[1:])
+            return _usage_error("kappalab reproduce", f"NAME must be one of {', '.join(REPRODUCIBLE)}"
+                                + (f", got {rest[0]!r}" if rest else ""))
+        return importlib.import_module(REPRODUCIBLE[rest[0]]).main(rest[1:])
+    if command == "analyze":
+        if importlib.util.find_spec("kappalab.analyze") is None:
+            return _usage_error("kappalab analyze", "this installation has no kappalab.analyze module")
+        return importlib.import_module("kappalab.analyze").main(rest)
     if command == "main":
+        if rest and rest[0] in HELP:
+            print(MAIN_USAGE)
+            return 0
+        if rest:
+            return _usage_error("kappalab main", f"takes no arguments, got {rest[0]!r}")
         code = main(["verify"])
         return code or main(["reproduce", "table1", "--protocol", "paper"])
-    print(f"kappalab: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
-    return 2
+    return _usage_error("kappalab", f"unknown command {command!r}")
 
 
 if __name__ == "__main__":

@@ -8,16 +8,22 @@ cuts it off before writing.  Any other unparsable line is corruption and raises 
 
 Non-finite floats are written as the tokens ``NaN`` / ``Infinity`` that Python's ``json``
 module reads back (strict JSON parsers reject them).
+
+Also here, so that every table uses the same ones: :func:`mean_std` (the one aggregation rule) and
+:func:`write_report` (the one writer of a report's JSON / CSV / Markdown files).
 """
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import dataclasses
 import json
+import math
 import os
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +55,10 @@ def to_jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return to_jsonable(dataclasses.asdict(value))
     raise TypeError(f"value of type {type(value).__name__} is not JSON-serializable: {value!r:.80}")
+
+
+class StoreBusyError(RuntimeError):
+    """Another process holds the store's lock (two runs on one store)."""
 
 
 class RunStore:
@@ -89,6 +99,24 @@ class RunStore:
                 stacklevel=2,
             )
         return records
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold an exclusive lock (``<store>.lock``, ``flock``) while a run writes to this store; a second holder
+        gets :class:`StoreBusyError` at once. The lock dies with its process, so a killed run leaves none."""
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreBusyError(f"{self.path} is in use by another run (wait for it, or use another --out)") \
+                    from None
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def done_keys(self) -> set[str]:
         """Keys of the runs already recorded."""
@@ -134,3 +162,49 @@ def save_array(directory: str | os.PathLike[str], name: str, array: np.ndarray) 
     path = folder / f"{name}.npz"
     np.savez_compressed(path, **{name: np.asarray(array)})
     return path
+
+
+# ---- the one aggregation rule and the one writer ---------------------------------------------------------------
+
+#: The convention of every "mean +- std" this project reports.
+MEAN_STD_CONVENTION = ("mean +- sample standard deviation (ddof = 1) over the runs named; with a single run the "
+                       "std is undefined: NaN in JSON / CSV, the mean alone in Markdown")
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """``(mean, sample std with ddof = 1)``; std is NaN for one value, both NaN for none
+    (:data:`MEAN_STD_CONVENTION`)."""
+    a = np.asarray(values, dtype=np.float64)
+    if a.size == 0:
+        return math.nan, math.nan
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else math.nan
+
+
+def format_mean_std(mean: float, std: float, fmt: str = "{:.4g}") -> str:
+    """``"m ± s"``, or ``"m"`` alone when the std is undefined (one run)."""
+    return f"{fmt.format(mean)} ± {fmt.format(std)}" if math.isfinite(std) else fmt.format(mean)
+
+
+def write_report(out: str | os.PathLike[str], stem: str, summary: Mapping[str, Any] | None = None,
+                 markdown: str | None = None, rows: Sequence[Mapping[str, Any]] | None = None,
+                 csv_comment: str | None = None) -> list[Path]:
+    """Write ``OUT/<stem>.json`` (``summary``), ``.md`` (``markdown``) and ``.csv`` (``rows``, one header from the
+    first row, an optional ``# comment`` line first); returns the paths written."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    if summary is not None:
+        paths.append(folder / f"{stem}.json")
+        paths[-1].write_text(json.dumps(to_jsonable(summary), indent=1, sort_keys=True) + "\n")
+    if markdown is not None:
+        paths.append(folder / f"{stem}.md")
+        paths[-1].write_text(markdown)
+    if rows:
+        paths.append(folder / f"{stem}.csv")
+        with open(paths[-1], "w", newline="") as handle:
+            if csv_comment:
+                handle.write(f"# {csv_comment}\n")
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return paths

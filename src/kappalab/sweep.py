@@ -9,8 +9,13 @@ module-level function ``worker(params) -> dict``. :func:`run_sweep`
   (``spawn`` start method, each limited to ONE thread for torch/BLAS/OpenMP so that N workers use N cores),
 * appends one record per finished job from the parent process only (a single writer: no interleaved lines),
   with the fields ``key``, ``params``, ``result`` (what the worker returned), ``wall_time_s`` and ``pid``,
-* shows a tqdm bar whose ETA counts only the jobs run in this session (the already-done ones are its
-  ``initial`` and do not inflate the rate).
+* shows ONE progress display for the whole sweep (:class:`Progress`): on a terminal a tqdm bar with runs done /
+  total and an ETA that counts only the jobs run in this session; when the output is a file or a pipe, one plain
+  line per finished run (no carriage returns),
+* holds an exclusive lock on the store (:meth:`~kappalab.results.RunStore.lock`) for the whole call, so a second
+  sweep on the same store is refused (:class:`~kappalab.results.StoreBusyError`) instead of interleaving,
+* on Ctrl-C stops every worker (pool processes ignore SIGINT; the parent terminates them) and raises
+  :class:`SweepInterrupted`, which says how many runs are stored; running the same command again resumes.
 
 A worker that raises stops the sweep: the pool is terminated, the records of the jobs that finished before are
 kept, and :class:`SweepError` names the failing key; fixing the cause and running again resumes. Large arrays
@@ -22,13 +27,15 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from kappalab.results import RunStore, to_jsonable
 
@@ -43,6 +50,14 @@ class SweepError(RuntimeError):
     def __init__(self, key: str, message: str, remote_traceback: str) -> None:
         super().__init__(f"sweep job {key!r} failed: {message}\n--- worker traceback ---\n{remote_traceback}")
         self.key, self.remote_traceback = key, remote_traceback
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the sweep; ``stored`` of ``total`` runs are in the store (the rest rerun on resume)."""
+
+    def __init__(self, stored: int, total: int, store: str) -> None:
+        super().__init__(f"interrupted: {stored} of {total} runs are stored in {store}")
+        self.stored, self.total, self.store = stored, total, store
 
 
 @dataclass(frozen=True)
@@ -83,7 +98,41 @@ def limit_threads(n: int = 1) -> None:
 
 
 def _init_worker(threads: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the pool
     limit_threads(threads)
+
+
+def _eta(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Progress:
+    """One display for a whole sweep: runs done / total and an ETA from the runs finished in this session.
+
+    On a terminal (``stream.isatty()``) a tqdm bar; otherwise one plain line per finished run, so a log file gets
+    no carriage returns. ``enabled=False`` shows nothing."""
+
+    def __init__(self, total: int, done: int, desc: str, enabled: bool = True, stream=None) -> None:
+        self.total, self.done, self.desc, self.enabled = total, done, desc, enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.start, self.new = time.perf_counter(), 0
+        self.bar = None
+        if enabled and self.stream.isatty():
+            self.bar = tqdm(total=total, initial=done, desc=desc, unit="run", dynamic_ncols=True, file=self.stream)
+
+    def update(self) -> None:
+        self.done, self.new = self.done + 1, self.new + 1
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self.enabled:
+            rate = (time.perf_counter() - self.start) / self.new
+            print(f"{self.desc}: {self.done}/{self.total} runs done, ETA {_eta(rate * (self.total - self.done))}",
+                  file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _call(worker: Worker, job: Job) -> tuple[str, bool, Any, float, int]:
@@ -122,8 +171,8 @@ def run_sweep(jobs: Sequence[Job], worker: Worker, store: RunStore | str | os.Pa
         store: a RunStore or the path of its JSONL file.
         workers: processes; 1 runs in this process (its thread count is then left alone).
         threads_per_worker: torch/BLAS threads of each pool process.
-        progress: show a tqdm bar.
-        desc: the bar's label.
+        progress: show the sweep's progress (:class:`Progress`).
+        desc: its label.
         extra_record: optional ``job -> dict`` merged into each stored record (e.g. provenance).
     """
     _check_jobs(jobs)
@@ -132,13 +181,18 @@ def run_sweep(jobs: Sequence[Job], worker: Worker, store: RunStore | str | os.Pa
     if not isinstance(threads_per_worker, int) or threads_per_worker < 1:
         raise ValueError(f"threads_per_worker must be a positive integer, got {threads_per_worker!r}")
     store = store if isinstance(store, RunStore) else RunStore(store)
+    with store.lock():
+        return _run_locked(jobs, worker, store, workers, threads_per_worker, progress, desc, extra_record)
+
+
+def _run_locked(jobs: Sequence[Job], worker: Worker, store: RunStore, workers: int, threads_per_worker: int,
+                progress: bool, desc: str, extra_record: Callable[[Job], dict[str, Any]] | None) -> SweepSummary:
     done = store.done_keys()
     pending = [job for job in jobs if job.key not in done]
     by_key = {job.key: job for job in pending}
     start = time.perf_counter()
     times: list[float] = []
-    bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), desc=desc, disable=not progress,
-               unit="run", dynamic_ncols=True)
+    bar = Progress(len(jobs), len(jobs) - len(pending), desc, progress)
 
     def record(outcome: tuple[str, bool, Any, float, int]) -> None:
         key, ok, payload, seconds, pid = outcome
@@ -150,7 +204,7 @@ def run_sweep(jobs: Sequence[Job], worker: Worker, store: RunStore | str | os.Pa
             entry.update(extra_record(job))
         store.append(entry)
         times.append(seconds)
-        bar.update(1)
+        bar.update()
 
     try:
         if workers == 1 or len(pending) <= 1:
@@ -158,6 +212,8 @@ def run_sweep(jobs: Sequence[Job], worker: Worker, store: RunStore | str | os.Pa
                 record(_call(worker, job))
         else:
             _run_pool(pending, worker, min(workers, len(pending)), threads_per_worker, record)
+    except KeyboardInterrupt:
+        raise SweepInterrupted(len(jobs) - len(pending) + len(times), len(jobs), str(store.path)) from None
     finally:
         bar.close()
     return SweepSummary(len(jobs), len(jobs) - len(pending), len(times), time.perf_counter() - start,

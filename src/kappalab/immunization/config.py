@@ -1,31 +1,59 @@
-"""Method configurations: one JSON file per Table 4 row plus one per (protocol, method), nothing hard-coded.
+"""Method configurations: the schema of a linear-immunization run (Tables 1 and 2) and its one loader.
 
-Layout of ``experiments/configs/``:
+The files are shipped in :mod:`kappalab.configs`:
 
-* ``linear_house_prices.json`` holds Table 4's HousePrice/Linear row (eta, lambda_P, lambda_H, epochs, loss): the
-  single source of those numbers.
-* ``table1_<protocol>_<method>.json`` names its ``"base"`` (a Table 4 row file) and adds the protocol/method
-  settings; every value the paper leaves open is an entry of ``"extra"`` written as
-  ``{"value": ..., "reason": "..."}`` so the reason travels with the number.
+* ``linear_house_prices.json`` / ``table2_mnist_linear.json`` hold Table 4's HousePrice/Linear and MNIST/Linear
+  rows (eta, lambda_P, lambda_H, epochs, loss): the single source of those numbers.
+* ``table{1,2}_<protocol>[_<method>].json`` name their ``"base"`` and add the protocol/method settings.
 
-A file's keys override its base's keys (``extra`` is merged entry by entry). :func:`load_config` resolves the
-chain and returns a frozen :class:`MethodConfig`.
+A file may hold the fields of :class:`MethodConfig`, ``"base"``, ``"_comment"``, ``"reasons"`` (why a top-level
+value is what it is: ``{"epochs": "..."}``) and ``"extra"``: the named values of :data:`EXTRA`, each written as
+``{"value": ..., "reason": "..."}`` so the reason travels with the number. Anything else is a
+:class:`~kappalab.configs.ConfigError` naming the key and the file. A file's keys override its base's (``extra``
+and ``reasons`` entry by entry); overrides (``--set KEY=VALUE``: ``lambda_H=3e7``, ``extra.shift=1e-5``) are
+applied last. :func:`load_config` resolves the chain and returns a frozen :class:`MethodConfig`.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
+
+from kappalab.configs import CONFIG_DIR, ConfigError, read, set_dotted
 
 Method = Literal["ours", "rill_only", "imma", "opt_kappa"]
 Protocol = Literal["paper", "official"]
 METHODS: tuple[str, ...] = ("ours", "rill_only", "imma", "opt_kappa")
 PROTOCOLS: tuple[str, ...] = ("paper", "official")
 
-#: ``experiments/configs`` of the source checkout (kappalab is installed editable from it).
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "experiments" / "configs"
+__all__ = ["CONFIG_DIR", "EXTRA", "FIELDS", "METHODS", "PROTOCOLS", "MethodConfig", "load_config", "table1_config"]
+
+Default = Any | Callable[["MethodConfig"], Any]
+
+#: Every ``extra`` value a run may read: name -> (default when a config omits it, what it means). A default may be a
+#: function of the config. Declared once here; :meth:`MethodConfig.get` refuses any other name.
+EXTRA: dict[str, tuple[Default, str]] = {
+    "loss": (None, "the task's loss ('mse' House Prices, 'bce' MNIST); None: the task's own; a runner checks they agree"),
+    "adam_betas": ((0.9, 0.999), "Adam's (beta1, beta2)"),
+    "adam_eps": (1e-8, "Adam's eps"),
+    "adam_fused": (False, "torch's fused Adam kernel (same update as the for-loop implementation)"),
+    "monitor_every": (1, "measure the whole task's kappa every this many epochs and at the last"),
+    "supervised_loss": (True, "include L(D_P, omega, theta) in the objective"),
+    "precondition": (True, "precondition the regularizer gradients by (K + ridge I)^-1 (Alg. 1)"),
+    "kappa_weight_P": (1.0, "Opt kappa: weight of kappa(H_P)"),
+    "kappa_weight_H": (1.0, "Opt kappa: weight of kappa(H_H)"),
+    "inner_steps": (1, "IMMA: differentiable inner steps on L(D_H)"),
+    "inner_lr": (lambda cfg: cfg.eta, "IMMA: inner step size (default: eta)"),
+    "shift": (1e-6, "the official code's shifted kappa: eigvalsh(S + shift I), eigenvalues > shift kept"),
+    "rank_rtol": (None, "eigenvalues <= rtol * lambda_max count as zero; None: n * eps"),
+    "on_degenerate": ("warn", "a non-unique extreme eigenvalue: 'warn' (count it) or 'raise'"),
+    "spectral_route": ("dense", "'dense', 'gram' or 'features' (kappalab.immunization.protocols)"),
+    "theta_init": ("torch_linear", "'torch_linear' (nn.Linear's default) or 'identity'"),
+    "head_init": ("standard_normal", "'standard_normal' or 'zeros'"),
+    "shuffle": (True, "shuffle the minibatches every epoch"),
+    "n_rows": (200, "official protocol: rows of each House Prices split used"),
+}
 
 
 @dataclass(frozen=True)
@@ -42,14 +70,9 @@ class MethodConfig:
         batch_size: minibatch size; None = full batch.
         ridge_P: ridge of the preconditioner (K_P + ridge_P I)^-1.
         ridge_H: ridge of the preconditioner (K_H + ridge_H I)^-1.
-        extra: method-/protocol-specific named values (see the config files for the reason of each), e.g.
-            ``spectral_route`` ("dense", the default; "gram": the official protocol's exact N x N Gram /
-            Woodbury route for minibatches with N < D; "features": the same with theta's gradient assembled in
-            feature space; see :mod:`kappalab.immunization.protocols`), ``monitor_every`` (measure the whole
-            task's kappa every this many epochs and at the last; default 1), ``adam_fused`` (torch's fused Adam
-            kernel; default false, the for-loop implementation every earlier run used).
-        reasons: why each ``extra`` value is what it is (from the config files).
-        source: the config files read, base first.
+        extra: named values of :data:`EXTRA` set by the config files.
+        reasons: why each value is what it is (from the config files).
+        source: the config files read, base first (and ``--set`` when overrides were applied).
     """
 
     method: Method
@@ -71,75 +94,122 @@ class MethodConfig:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         for name in ("eta",):
-            if not float(getattr(self, name)) > 0:
+            if not (isinstance(getattr(self, name), (int, float)) and float(getattr(self, name)) > 0):
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("lambda_P", "lambda_H", "ridge_P", "ridge_H"):
-            if not float(getattr(self, name)) >= 0:
+            if not (isinstance(getattr(self, name), (int, float)) and float(getattr(self, name)) >= 0):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if not (isinstance(self.epochs, int) and self.epochs >= 1):
+        if not (isinstance(self.epochs, int) and not isinstance(self.epochs, bool) and self.epochs >= 1):
             raise ValueError(f"epochs must be a positive int, got {self.epochs!r}")
         if self.batch_size is not None and not (isinstance(self.batch_size, int) and self.batch_size >= 1):
             raise ValueError(f"batch_size must be None or a positive int, got {self.batch_size!r}")
+        unknown = sorted(set(self.extra) - set(EXTRA))
+        if unknown:
+            raise ValueError(f"extra: unknown key(s) {unknown} (known: {', '.join(sorted(EXTRA))})")
 
-    def get(self, name: str, default: Any = None) -> Any:
-        """``extra[name]``, or ``default`` when absent."""
-        return self.extra.get(name, default)
+    def get(self, name: str, default: Any = ...) -> Any:
+        """``extra[name]``, or its declared default (:data:`EXTRA`). ``name`` must be declared; a caller's
+        ``default``, when given, must equal the declared one (so two defaults cannot drift apart)."""
+        if name not in EXTRA:
+            raise KeyError(f"config key extra.{name} is not declared in kappalab.immunization.config.EXTRA")
+        declared = EXTRA[name][0]
+        declared = declared(self) if callable(declared) else declared
+        if default is not ... and default != declared:
+            raise ValueError(f"extra.{name}: the caller's default {default!r} differs from the declared "
+                             f"{declared!r}")
+        return self.extra.get(name, declared)
 
     def replace(self, **changes: Any) -> "MethodConfig":
         """A copy with some fields changed (e.g. ``epochs`` from a command-line flag)."""
-        from dataclasses import replace
-
         return replace(self, **changes)
+
+    def resolved(self) -> dict[str, Any]:
+        """Every value the run reads (fields and every :data:`EXTRA` entry, defaults filled in): the config part
+        of a run's identity. Reasons and file names are not part of it."""
+        out = {f: getattr(self, f) for f in FIELDS}
+        out["extra"] = {name: self.get(name) for name in sorted(EXTRA)}
+        return out
 
 
 FIELDS = ("method", "protocol", "eta", "lambda_P", "lambda_H", "epochs", "batch_size", "ridge_P", "ridge_H")
+_FILE_KEYS = set(FIELDS) | {"base", "extra", "reasons", "_comment"}
+#: the keys ``--set`` may name: every field and ``extra.<name>``
+OVERRIDABLE: dict[str, Any] = {**{f: None for f in FIELDS}, "extra": {name: None for name in EXTRA}}
 
 
 def config_path(path_or_name: str | Path) -> Path:
-    """A config file's path: an existing path as given, else ``CONFIG_DIR/<name>.json``."""
-    path = Path(path_or_name)
-    if path.suffix == ".json" and path.is_file():
-        return path
-    candidate = CONFIG_DIR / (path.name if path.suffix == ".json" else f"{path.name}.json")
-    if candidate.is_file():
-        return candidate
-    raise ValueError(f"path_or_name {str(path_or_name)!r}: no such config file (looked at {path} and {candidate})")
+    """A config file's path: an existing path as given, else the shipped ``<name>.json``."""
+    from kappalab.configs import path_of
+
+    return path_of(path_or_name)
 
 
-def _resolved(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _resolved(name: str | Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], tuple[str, ...]]:
+    raw, path = read(name)
     if path in seen:
-        raise ValueError(f"path_or_name: config base chain loops at {path}")
-    raw = json.loads(path.read_text())
+        raise ConfigError(f"config {path}: the base chain loops")
+    unknown = sorted(set(raw) - _FILE_KEYS)
+    if unknown:
+        raise ConfigError(f"config {path}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(_FILE_KEYS))})")
+    raw = dict(raw)
+    raw.pop("_comment", None)
     base_name = raw.pop("base", None)
-    merged: dict[str, Any] = {"extra": {}}
+    merged: dict[str, Any] = {"extra": {}, "reasons": {}}
     sources: tuple[str, ...] = ()
     if base_name is not None:
-        merged, sources = _resolved(config_path(base_name), seen + (path,))
-    extra = {**merged.get("extra", {}), **raw.pop("extra", {})}
+        merged, sources = _resolved(base_name, seen + (path,))
+    for name, entry in raw.get("extra", {}).items():
+        if name not in EXTRA:
+            raise ConfigError(f"config {path}: unknown key 'extra.{name}' (known: {', '.join(sorted(EXTRA))})")
+        if not (isinstance(entry, dict) and set(entry) == {"value", "reason"}):
+            raise ConfigError(f'config {path}: extra.{name} must be {{"value": ..., "reason": "..."}}')
+    for name in raw.get("reasons", {}):
+        if name not in FIELDS:
+            raise ConfigError(f"config {path}: unknown key 'reasons.{name}' (a reason names a field: {FIELDS})")
+    extra = {**merged["extra"], **raw.pop("extra", {})}
+    reasons = {**merged["reasons"], **raw.pop("reasons", {})}
     merged.update(raw)
-    merged["extra"] = extra
-    return merged, sources + (str(path),)
+    merged["extra"], merged["reasons"] = extra, reasons
+    return merged, sources + (_shown(path),)
 
 
-def load_config(path_or_name: str | Path) -> MethodConfig:
-    """Load a :class:`MethodConfig` from a JSON file (path, or name inside :data:`CONFIG_DIR`)."""
-    merged, sources = _resolved(config_path(path_or_name))
+def _shown(path: Path) -> str:
+    """A config file as recorded: ``kappalab/configs/<name>.json`` for a shipped one (no machine path)."""
+    try:
+        return f"kappalab/configs/{path.resolve().relative_to(CONFIG_DIR.resolve())}"
+    except ValueError:
+        return str(path)
+
+
+def load_config(path_or_name: str | Path, overrides: Mapping[str, Any] | None = None) -> MethodConfig:
+    """Load a :class:`MethodConfig` from a JSON file (path, or name of a shipped config), then apply
+    ``overrides`` (``{"lambda_H": 3e7, "extra.shift": 1e-5}``, e.g. from ``--set``)."""
+    merged, sources = _resolved(path_or_name)
+    if overrides:
+        for key, value in overrides.items():
+            target = {"extra": {}}
+            set_dotted(target, key, value, OVERRIDABLE, f"--set {key}")
+            if key.startswith("extra."):
+                name = key.split(".", 1)[1]
+                merged["extra"][name] = {"value": value, "reason": "set on the command line (--set)"}
+            else:
+                merged[key] = value
+        sources += ("--set " + " ".join(f"{k}={v!r}" for k, v in overrides.items()),)
     missing = [f for f in FIELDS if f not in merged]
     if missing:
-        raise ValueError(f"path_or_name {str(path_or_name)!r}: config lacks {missing} (after resolving its base)")
-    extra, reasons = {}, {}
-    for name, entry in merged["extra"].items():
-        if not (isinstance(entry, dict) and set(entry) == {"value", "reason"}):
-            raise ValueError(f"path_or_name {str(path_or_name)!r}: extra[{name!r}] must be "
-                             '{"value": ..., "reason": "..."}')
-        extra[name], reasons[name] = entry["value"], entry["reason"]
-    return MethodConfig(**{f: merged[f] for f in FIELDS}, extra=extra, reasons=reasons, source=sources)
+        raise ConfigError(f"config {sources[-1]}: lacks {missing} (after resolving its base)")
+    extra = {name: entry["value"] for name, entry in merged["extra"].items()}
+    reasons = {**merged["reasons"], **{name: entry["reason"] for name, entry in merged["extra"].items()}}
+    try:
+        return MethodConfig(**{f: merged[f] for f in FIELDS}, extra=extra, reasons=reasons, source=sources)
+    except ValueError as error:
+        raise ConfigError(f"config {sources[-1]}: {error}") from None
 
 
-def table1_config(protocol: str, method: str) -> MethodConfig:
+def table1_config(protocol: str, method: str, overrides: Mapping[str, Any] | None = None) -> MethodConfig:
     """The Table 1 config of one (protocol, method) pair: ``table1_<protocol>_<method>.json``."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    return load_config(f"table1_{protocol}_{method}")
+    return load_config(f"table1_{protocol}_{method}", overrides)

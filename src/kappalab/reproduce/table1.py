@@ -1,19 +1,24 @@
 """``kappalab reproduce table1``: Table 1 and Figure 1 (House Prices, four methods, one protocol per call).
 
-Writes into ``--out`` (default ``results/table1_<protocol>``):
+Writes into ``--out`` (default ``results/table1``; several protocols and configs may share one folder):
 
-* ``runs.jsonl`` - the resumable store (one line per finished run; a finished run is never redone),
-* ``table1.json`` - every run's record (method, seed, protocol, Eq. 15 terms under both kappa definitions, the
-  sensitivity block, spectra endpoints, linear-probing iterations, wall time, provenance) and the summary,
-* ``table1.md``, ``table1.csv`` (or ``--csv``) - mean +- std next to the paper's numbers (labelled reference),
-* ``theta_<method>_seed<s>.npy`` (+ ``bias_...npy``), ``features_P.npy``, ``features_H.npy``, ``y_P.npy``,
-  ``y_H.npy`` - enough to recompute every number from the files alone,
-* ``probe_<name>.npy`` (Eq. 16 curves) and ``figure1.png`` / ``figure1.pdf``.
+* ``runs_<protocol>.jsonl`` - the resumable store: one record per finished run, keyed
+  ``<protocol>.<method>.s<seed>.e<epochs>.<hash>`` where the hash is the run's identity (resolved config, data
+  sha256, options; :mod:`kappalab.reproduce.identity`), so a changed config or other data never reuses a run,
+* ``runs/<key>/`` - that run's artifacts: ``theta.npy`` (+ ``bias.npy``), ``probe_P.npy``, ``probe_H.npy``
+  (Eq. 16 curves),
+* ``data/<data hash>/`` - ``features_P.npy``, ``features_H.npy``, ``y_P.npy``, ``y_H.npy`` and the identity's
+  probe curves: enough to recompute every number from the files alone,
+* ``table1_<protocol>.json`` (every run's record and the summary), ``.md``, ``.csv`` (mean +- std next to the
+  paper's numbers, labelled reference) and ``figure1_<protocol>.png`` / ``.pdf``.
+
+Config: the shipped ``table1_<protocol>_<method>.json`` (:mod:`kappalab.configs`); ``--config FILE`` (a JSON object
+of overrides) and ``--set KEY=VALUE`` change values for every method, ``--set ours.lambda_H=1e8`` for one.
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import math
 import os
@@ -23,7 +28,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-#: Table 1 of the paper (via /work/shared/paper/CLAIMS.md): REFERENCE ONLY, never used in any computation.
+from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
+                                  data_errors, positive_int, seed, unique)
+from kappalab.results import MEAN_STD_CONVENTION, format_mean_std, mean_std
+
+#: Table 1 of the paper (CLAIMS.md): REFERENCE ONLY, never used in any computation.
 PAPER_TABLE1: dict[str, dict[str, tuple[float, float]]] = {
     "rill_only": {"term_i": (90.02, 3.773), "term_ii": (72.415, 3.545), "rir": (1.244, 0.021)},
     "imma": {"term_i": (7.053, 1.662), "term_ii": (3.545, 0.880), "rir": (2.001, 0.187)},
@@ -34,37 +43,91 @@ LABELS = {"ours": "Ours", "rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa"
           "identity": "Identity"}
 ORDER = ("rill_only", "imma", "opt_kappa", "ours")
 QUICK_EPOCHS = {"paper": 3, "official": 2}
+QUICK_PROBE_ITERS = 50
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 METRICS = ("term_i", "term_ii", "rir")
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="kappalab reproduce table1", description=__doc__.splitlines()[0])
+def build_parser() -> Parser:
+    ap = Parser(prog="kappalab reproduce table1", description=__doc__.split("\n\n")[0])
     ap.add_argument("--protocol", choices=("paper", "official"), default="paper")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--epochs", type=int, default=None, help="override the config's epochs")
+    ap.add_argument("--seeds", type=seed, nargs="+", default=None, help="default 0 1 2 3 4 (--quick: 0)")
+    ap.add_argument("--epochs", type=positive_int, default=None, help="override the config's epochs")
     ap.add_argument("--methods", nargs="+", choices=ORDER, default=list(ORDER))
-    ap.add_argument("--out", type=Path, default=None, help="default results/table1_<protocol>")
-    ap.add_argument("--csv", type=Path, default=None, help="default OUT/table1.csv")
+    ap.add_argument("--out", type=Path, default=RESULTS / "table1", help="output folder (default results/table1)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: few epochs, seed 0, short probing")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1, help="torch / BLAS threads (default 1)")
-    ap.add_argument("--probe-iters", type=int, default=2000, help="linear-probing GD iterations (Figure 1)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch / BLAS threads per worker (default 1)")
+    ap.add_argument("--workers", type=positive_int, default=1, help="runs in parallel processes (default 1)")
+    ap.add_argument("--probe-iters", type=positive_int, default=2000, help="linear-probing GD iterations (Figure 1)")
     ap.add_argument("--probe-target", type=float, default=1e-3, help="relative error for the iteration count")
     ap.add_argument("--data-csv", default=None, help="House Prices train.csv (default: cached download)")
     ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(list(argv))
+    add_config_options(ap, "a JSON object of overrides, same keys as --set")
+    return ap
+
+
+def parse_args(argv: Sequence[str]):
+    args = build_parser().parse_args(list(argv))
+    args.seeds = unique(args.seeds if args.seeds is not None else ((0,) if args.quick else DEFAULT_SEEDS), "--seeds")
     if args.quick:
-        args.seeds = args.seeds if args.seeds != [0, 1, 2, 3, 4] else [0]
         args.epochs = args.epochs or QUICK_EPOCHS[args.protocol]
-        args.probe_iters = min(args.probe_iters, 50)
-    if args.epochs is not None and args.epochs < 1:
-        ap.error("--epochs must be >= 1")
-    args.out = args.out or Path("results") / f"table1_{args.protocol}"
-    args.csv = args.csv or args.out / "table1.csv"
+        args.probe_iters = min(args.probe_iters, QUICK_PROBE_ITERS)
+    if not (math.isfinite(args.probe_target) and 0 < args.probe_target < 1):
+        raise UsageError(f"--probe-target: must be in (0, 1), got {args.probe_target}")
+    check_device(args.device)
     return args
 
 
-# ---- one run ----------------------------------------------------------------------------------------------------
+def method_overrides(overrides: dict[str, Any], method: str) -> dict[str, Any]:
+    """The overrides that apply to ``method``: unscoped keys, and ``<method>.<key>`` with the prefix removed."""
+    from kappalab.immunization import METHODS
+
+    out = {k: v for k, v in overrides.items() if k.split(".")[0] not in METHODS}
+    out.update({k.split(".", 1)[1]: v for k, v in overrides.items() if k.split(".")[0] == method})
+    return out
+
+
+def read_overrides(config_file: str | None, items: Sequence[str]) -> dict[str, Any]:
+    """``--config FILE`` (a JSON object, nested or dotted keys) then ``--set`` items (which win), flattened."""
+    from kappalab.configs import ConfigError, parse_set
+
+    out: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            raw = json.loads(Path(config_file).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise UsageError(f"--config {config_file}: {error}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config {config_file}: must hold a JSON object of overrides")
+
+        def flatten(node: dict[str, Any], prefix: str) -> None:
+            for k, v in node.items():
+                if isinstance(v, dict) and not set(v) == {"value", "reason"}:
+                    flatten(v, f"{prefix}{k}.")
+                else:
+                    out[f"{prefix}{k}"] = v["value"] if isinstance(v, dict) else v
+        flatten({k: v for k, v in raw.items() if k != "_comment"}, "")
+    out.update(parse_set(items))
+    return out
+
+
+# ---- data and one run ----------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=4)
+def task_of(protocol: str, data_csv: str | None, n_rows: int):
+    """Table 1's task (cached per process)."""
+    from kappalab.immunization import house_prices_task
+
+    return house_prices_task(protocol, data_csv, n_official=n_rows)
+
+
+def data_identity_of(task) -> dict[str, str]:
+    """The task's data identity: its name and the sha256 of the four arrays a run reads."""
+    from kappalab.reproduce.identity import data_identity
+
+    return data_identity(task.name, {"X_P": task.X_P, "y_P": task.y_P, "X_H": task.X_H, "y_H": task.y_H})
+
 
 def probe(theta: np.ndarray, bias: np.ndarray | None, task, iters: int, target: float) -> dict[str, Any]:
     """Eq. 16 curves on D_P and D_H and the iterations to ``target``."""
@@ -78,41 +141,38 @@ def probe(theta: np.ndarray, bias: np.ndarray | None, task, iters: int, target: 
     return out
 
 
-def run_one(task, cfg, seed: int, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """Train, evaluate, save theta_I / bias / probe curves, return the record."""
-    from kappalab.immunization import evaluate, immunize
-    from kappalab.provenance import provenance
+def run_one(params: dict[str, Any]) -> dict[str, Any]:
+    """Sweep worker: train, evaluate, save theta_I / bias / probe curves under ``OUT/runs/<key>/``."""
+    from kappalab.immunization import evaluate, immunize, table1_config
 
-    run = immunize(task, cfg, seed, device=args.device, progress=not args.no_progress)
-    stem = f"{cfg.method}_seed{seed}"
-    np.save(out / f"theta_{stem}.npy", run.theta_I)
+    cfg = table1_config(params["protocol"], params["method"], params["overrides"])
+    task = task_of(params["protocol"], params["data_csv"], int(cfg.get("n_rows")))
+    run = immunize(task, cfg, params["seed"], device=params["device"], progress=False)
+    folder = Path(params["out"]) / "runs" / params["key"]
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "theta.npy", run.theta_I)
     if run.bias is not None:
-        np.save(out / f"bias_{stem}.npy", run.bias)
-    pr = probe(run.theta_I, run.bias, task, args.probe_iters, args.probe_target)
+        np.save(folder / "bias.npy", run.bias)
+    pr = probe(run.theta_I, run.bias, task, params["probe_iters"], params["probe_target"])
     for which in ("P", "H"):
-        np.save(out / f"probe_{stem}_{which}.npy", pr[which].pop("curve"))
+        np.save(folder / f"probe_{which}.npy", pr[which].pop("curve"))
     return {
-        "key": f"{cfg.protocol}/{cfg.method}/seed{seed}/epochs{cfg.epochs}",
-        "protocol": cfg.protocol, "method": cfg.method, "seed": seed, "epochs": cfg.epochs,
-        "evaluation": evaluate(run, task, shift=float(cfg.get("shift", 1e-6))),
+        "protocol": cfg.protocol, "method": cfg.method, "seed": params["seed"], "epochs": cfg.epochs,
+        "evaluation": evaluate(run, task, shift=float(cfg.get("shift"))),
         "probing": pr, "wall_time_s": run.wall_time_s, "n_steps": run.n_steps,
         "degenerate_count": run.degenerate_count,
         "history": {k: [v[0], v[-1]] for k, v in run.history.items()},
-        "files": {"theta_I": f"theta_{stem}.npy", "bias": f"bias_{stem}.npy" if run.bias is not None else None},
+        "files": {"theta_I": f"runs/{params['key']}/theta.npy",
+                  "bias": f"runs/{params['key']}/bias.npy" if run.bias is not None else None,
+                  "probe": {w: f"runs/{params['key']}/probe_{w}.npy" for w in ("P", "H")}},
         "config_files": list(cfg.source),
-        "provenance": provenance(seed, cfg, device=args.device, data_label=task.data_label),
     }
 
 
 # ---- aggregation -------------------------------------------------------------------------------------------------
 
-def _stats(values: list[float]) -> tuple[float, float]:
-    a = np.asarray(values, dtype=np.float64)
-    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
-
-
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean and sample std (ddof=1) over seeds of every reported number, per method."""
+    """Per method, over seeds, every reported number (:data:`~kappalab.results.MEAN_STD_CONVENTION`)."""
     summary: dict[str, Any] = {}
     for method in ORDER:
         rs = [r for r in records if r["method"] == method]
@@ -120,33 +180,33 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         s: dict[str, Any] = {"n_seeds": len(rs), "seeds": sorted(r["seed"] for r in rs)}
         for d in ("pinv", "shifted"):
-            s[d] = {m: _stats([r["evaluation"][d][m] for r in rs]) for m in METRICS}
-        s["sensitivity"] = {d: {k: _stats([r["evaluation"]["sensitivity"][d][k]["rir"] for r in rs])
+            s[d] = {m: mean_std([r["evaluation"][d][m] for r in rs]) for m in METRICS}
+        s["sensitivity"] = {d: {k: mean_std([r["evaluation"]["sensitivity"][d][k]["rir"] for r in rs])
                                 for k in rs[0]["evaluation"]["sensitivity"][d]} for d in ("pinv", "shifted")}
         s["probing"] = {w: {k: [r["probing"][w][k] for r in rs] for k in ("iters_to_norm_ratio",
                                                                           "iters_to_excess_loss")}
                         for w in ("P", "H")}
-        s["wall_time_s"] = _stats([r["wall_time_s"] for r in rs])
+        s["wall_time_s"] = mean_std([r["wall_time_s"] for r in rs])
         s["degenerate_count"] = sum(r["degenerate_count"] for r in rs)
         summary[method] = s
     return summary
 
 
 def _pm(ms: tuple[float, float]) -> str:
-    m, s = ms
-    return f"{m:.4g} ± {s:.2g}"
+    return format_mean_std(*ms)
 
 
 def _iters(values: list[int | None], cap: int) -> str:
-    shown = [str(v) if v is not None else f">{cap}" for v in values]
-    return ", ".join(shown)
+    return ", ".join(str(v) if v is not None else f">{cap}" for v in values)
 
 
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
-    """table1.md: both kappa definitions next to the paper, sensitivity, probing, timing."""
+    """table1_<protocol>.md: both kappa definitions next to the paper, sensitivity, probing, timing."""
     lines = [f"# Table 1 reproduction, protocol `{meta['protocol']}`", "",
              f"Seeds {meta['seeds']}, epochs {meta['epochs']}, device {meta['device']}, "
              f"total wall time {meta['total_wall_time_s']:.1f} s (load average at start {meta['load_average']}).",
+             f"Data: {meta['data_label']}. Run keys end in the run identity's hash (runs_{meta['protocol']}.jsonl).",
+             f"Numbers: {MEAN_STD_CONVENTION}.",
              "Paper columns: Table 1 of the paper, copied as a reference only (CLAIMS.md).", ""]
     for d, what in (("pinv", "kappa = lambda_max / smallest eigenvalue above rtol * lambda_max (core)"),
                     ("shifted", "kappa from eigvalsh(H + shift I), eigenvalues > shift kept (official code)")):
@@ -182,19 +242,14 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_csv(path: Path, summary: dict[str, Any]) -> None:
+def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (method, kappa definition, metric): mean, std, paper mean, paper std."""
-    rows = ["method,kappa_definition,metric,mean,std,n_seeds,paper_mean,paper_std"]
-    for m, s in summary.items():
-        for d in ("pinv", "shifted"):
-            for k in METRICS:
-                pm, ps = PAPER_TABLE1[m][k]
-                rows.append(f"{m},{d},{k},{s[d][k][0]!r},{s[d][k][1]!r},{s['n_seeds']},{pm},{ps}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(rows) + "\n")
+    return [{"method": m, "kappa_definition": d, "metric": k, "mean": s[d][k][0], "std": s[d][k][1],
+             "n_seeds": s["n_seeds"], "paper_mean": PAPER_TABLE1[m][k][0], "paper_std": PAPER_TABLE1[m][k][1]}
+            for m, s in summary.items() for d in ("pinv", "shifted") for k in METRICS]
 
 
-def figure(out: Path, records: list[dict[str, Any]], protocol: str) -> None:
+def figure(out: Path, records: list[dict[str, Any]], identity_curves: dict[str, np.ndarray], protocol: str) -> None:
     """Figure 1: mean (over seeds) Eq. 16 norm ratio vs. iterations on D_P and D_H, PNG and PDF."""
     import matplotlib
 
@@ -203,9 +258,9 @@ def figure(out: Path, records: list[dict[str, Any]], protocol: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, which in zip(axes, ("P", "H")):
-        curves = {"identity": [np.load(out / f"probe_identity_{which}.npy")]}
+        curves = {"identity": [identity_curves[which]]}
         for r in records:
-            curves.setdefault(r["method"], []).append(np.load(out / f"probe_{r['method']}_seed{r['seed']}_{which}.npy"))
+            curves.setdefault(r["method"], []).append(np.load(out / r["files"]["probe"][which]))
         for name in ("identity",) + ORDER:
             if name not in curves:
                 continue
@@ -220,73 +275,90 @@ def figure(out: Path, records: list[dict[str, Any]], protocol: str) -> None:
     axes[1].legend()
     fig.tight_layout()
     for ext in ("png", "pdf"):
-        fig.savefig(out / f"figure1.{ext}", dpi=150)
+        fig.savefig(out / f"figure1_{protocol}.{ext}", dpi=150)
     plt.close(fig)
 
 
 # ---- main --------------------------------------------------------------------------------------------------------
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args([] if argv is None else argv)
+@command("kappalab reproduce table1")
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
     import torch
     from threadpoolctl import threadpool_limits
 
-    from kappalab.immunization import house_prices_task, table1_config
-    from kappalab.results import RunStore
+    from kappalab.immunization import table1_config
+    from kappalab.provenance import provenance
+    from kappalab.reproduce.identity import identity, run_key
+    from kappalab.results import RunStore, to_jsonable, write_report
+    from kappalab.sweep import Job, run_sweep
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    overrides = read_overrides(args.config, args.overrides)
+    configs = {m: table1_config(args.protocol, m, method_overrides(overrides, m)) for m in args.methods}
+    if args.epochs is not None:
+        configs = {m: c.replace(epochs=args.epochs) for m, c in configs.items()}
+    n_rows = {int(c.get("n_rows")) for c in configs.values()}
+    if len(n_rows) != 1:
+        raise UsageError(f"--set: the methods' extra.n_rows differ ({sorted(n_rows)}): one table, one data set")
+    with data_errors("--data-csv"):
+        task = task_of(args.protocol, args.data_csv, n_rows.pop())
+    out: Path = check_out(args.out)
     with threadpool_limits(args.threads):
-        configs = {m: table1_config(args.protocol, m) for m in args.methods}
-        if args.epochs is not None:
-            configs = {m: c.replace(epochs=args.epochs) for m, c in configs.items()}
-        n_rows = int(next(iter(configs.values())).get("n_rows", 200))
-        task = house_prices_task(args.protocol, args.data_csv, n_official=n_rows)
+        data = data_identity_of(task)
+        data_dir = out / "data" / data["sha256"][:12]
+        data_dir.mkdir(parents=True, exist_ok=True)
         for name, arr in (("features_P", task.X_P), ("features_H", task.X_H), ("y_P", task.y_P), ("y_H", task.y_H)):
-            np.save(out / f"{name}.npy", arr)
-        store = RunStore(out / "runs.jsonl")
-        done = store.done_keys()
+            np.save(data_dir / f"{name}.npy", arr)
+        jobs = []
         for method in args.methods:
             cfg = configs[method]
-            for seed in args.seeds:
-                key = f"{cfg.protocol}/{cfg.method}/seed{seed}/epochs{cfg.epochs}"
-                if key in done:
-                    print(f"[table1] {key}: already done, skipped")
-                    continue
-                record = run_one(task, cfg, seed, args, out)
-                store.append(record)
-                ev = record["evaluation"]
-                print(f"[table1] {key}: {record['wall_time_s']:.1f}s  RIR pinv {ev['pinv']['rir']:.4g}  "
-                      f"RIR shifted {ev['shifted']['rir']:.4g}", flush=True)
-        wanted = {f"{args.protocol}/{m}/seed{s}/epochs{configs[m].epochs}" for m in args.methods for s in args.seeds}
-        records = [r for r in store.records() if r["key"] in wanted]
+            for s in args.seeds:
+                options = {"seed": s, "device": args.device, "dtype": "float64", "probe_iters": args.probe_iters,
+                           "probe_target": args.probe_target}
+                ident = identity(cfg.resolved(), data, options)
+                key = run_key(f"{args.protocol}.{method}.s{s}.e{cfg.epochs}", ident)
+                overrides_m = {**method_overrides(overrides, method),
+                               **({"epochs": args.epochs} if args.epochs is not None else {})}
+                jobs.append(Job(key, {"key": key, "identity": ident, "protocol": args.protocol, "method": method,
+                                      "seed": s, "overrides": overrides_m, "data_csv": args.data_csv,
+                                      "device": args.device, "probe_iters": args.probe_iters,
+                                      "probe_target": args.probe_target, "out": str(out)}))
+        store = RunStore(out / f"runs_{args.protocol}.jsonl")
+        done = run_sweep(jobs, run_one, store, workers=args.workers, threads_per_worker=args.threads,
+                         progress=not args.no_progress, desc=f"table1/{args.protocol}",
+                         extra_record=lambda job: {"identity": job.params["identity"], "provenance": provenance(
+                             job.params["seed"], configs[job.params["method"]], device=args.device,
+                             data_label=task.data_label)})
+        wanted = {job.key for job in jobs}
+        stored = {r["key"]: r for r in store.records() if r["key"] in wanted}
+        records = [{"key": job.key, **stored[job.key]["result"], "identity": stored[job.key]["identity"],
+                    "provenance": stored[job.key].get("provenance")} for job in jobs]
         ident = probe(np.eye(task.dim), None, task, args.probe_iters, args.probe_target)
+        identity_curves = {w: ident[w].pop("curve") for w in ("P", "H")}
         for which in ("P", "H"):
-            np.save(out / f"probe_identity_{which}.npy", ident[which].pop("curve"))
+            np.save(data_dir / f"probe_identity_{which}_{args.probe_iters}.npy", identity_curves[which])
         ev0 = records[0]["evaluation"]
-        meta = {"protocol": args.protocol, "seeds": args.seeds, "methods": args.methods,
+        meta = {"protocol": args.protocol, "seeds": list(args.seeds), "methods": args.methods,
                 "epochs": {m: c.epochs for m, c in configs.items()}, "device": args.device,
-                "threads": args.threads, "load_average": [round(x, 2) for x in load] if load else None,
+                "threads": args.threads, "workers": args.workers,
+                "load_average": [round(x, 2) for x in load] if load else None,
                 "total_wall_time_s": time.perf_counter() - start, "rtol": ev0["rtol"], "shift": ev0["shift"],
                 "probe_iters": args.probe_iters, "probe_target": args.probe_target, "identity_probe": ident,
-                "data_label": task.data_label, "command": ["kappalab", "reproduce", "table1", *(argv or [])]}
+                "data_label": task.data_label, "data": data, "overrides": overrides,
+                "mean_std": MEAN_STD_CONVENTION, "runs_done_this_call": done.completed,
+                "command": ["kappalab", "reproduce", "table1", *argv]}
         summary = summarize(records)
-        from kappalab.results import to_jsonable
-
-        (out / "table1.json").write_text(json.dumps(to_jsonable(
-            {"meta": meta, "summary": summary, "paper_reference": PAPER_TABLE1, "runs": records}), indent=1))
-        (out / "table1.md").write_text(markdown(summary, meta))
-        write_csv(args.csv, summary)
-        figure(out, records, args.protocol)
-    print(f"[table1] wrote {out}/table1.json, table1.md, {args.csv}, figure1.png/pdf "
+        stem = f"table1_{args.protocol}"
+        write_report(out, stem, to_jsonable({"meta": meta, "summary": summary, "paper_reference": PAPER_TABLE1,
+                                             "runs": records}), markdown(summary, meta), csv_rows(summary))
+        figure(out, records, identity_curves, args.protocol)
+    print(f"[table1] wrote {out}/{stem}.json, .md, .csv, figure1_{args.protocol}.png/pdf "
           f"({time.perf_counter() - start:.1f} s)")
     return 0
 
 
 if __name__ == "__main__":
-    import sys
-
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())

@@ -1,22 +1,8 @@
 """``kappalab reproduce table3``: Table 3 and Figure 3 (immunizing deep nets), and their CPU-scale analogue.
 
-Modes:
-
-* ``--proxy`` (runs here): :class:`~kappalab.deep.model.SmallCNN` pre-trained on MNIST digits 0-4 (D_P) and
-  immunized against digits 5-9 (D_H) on the embedded MNIST subset; config ``experiments/configs/table3_proxy.json``;
-  writes ``runs.jsonl``, ``table.md``, ``figure3.png``/``.pdf`` under ``--out`` (default
-  ``docs/reproduction/table3``). ``--quick`` shrinks it to a CI smoke run (< 1 min; default ``--out``
-  ``results/table3_quick``). ``--calibrate`` prints the gradient norms at theta_0 behind the lambdas.
-  ``--search`` runs Appendix C.2's selection of the lambdas and epochs on a train/validation split of the training
-  data (config block ``search``; :func:`run_search`, :mod:`kappalab.deep.search`), writing ``search.jsonl``,
-  ``search.md`` and ``search_selected.json``; the selected values are then entered in the config by hand.
-* ``--arch resnet18|vit --harmful cars|country211 --imagenet DIR --harmful-dir DIR --weights FILE`` (the paper's
-  configuration; needs ``kappalab[deep]``, the data, the weights and a GPU; under ``torchrun`` the training is
-  data-parallel). Config ``table3_<arch>_<harmful>.json``; outputs under ``results/table3/<arch>_<harmful>``.
-
-Every (seed, method) is one record with provenance in an append-only ``runs.jsonl``; finished records are never
-redone, and an interrupted training resumes from its last epoch checkpoint (``--work``). Tables and the figure
-are rebuilt from the records alone (``--aggregate-only``).
+The command line (modes, options, defaults) is :mod:`kappalab.reproduce.table3_cli`, which checks the arguments and
+the config without importing torch and then calls :func:`run`. This module holds the work: the proxy task, the
+calibration, the runs, the lambda / epoch search, and the table and figure.
 """
 
 from __future__ import annotations
@@ -38,12 +24,12 @@ from ..deep.task import Task
 from ..deep import (METHOD_LABELS, METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig, SmallCNN,
                     TrainConfig, accuracy, balanced_scale, extract_features, gradient_norms, immunize,
                     linear_probe_curve, pretrain, rir_theta0)
+from ..cli_options import UsageError
 from ..errors import DegenerateSpectrumWarning
 from ..provenance import provenance
-from ..results import RunStore
-
-ROOT = Path(__file__).resolve().parents[3]
-CONFIG_DIR = ROOT / "experiments" / "configs"
+from ..results import RunStore, to_jsonable
+from .identity import data_identity, identity
+from .table3_config import load_table3_config, resolved
 PAPER_TABLE3 = {  # Table 3 of the paper, ResNet18 / Cars and Country211: (i), (ii), RIR_theta0, D_P test acc.
     "cars": {"rill_only": (1.878, 1.786, 1.057, 63.84), "imma": (0.866, 0.889, 0.974, 63.57),
              "opt_kappa": (1.217, 0.798, 1.527, 63.65), "ours": (2.386, 0.699, 3.467, 62.36)},
@@ -53,28 +39,13 @@ PAPER_TABLE3 = {  # Table 3 of the paper, ResNet18 / Cars and Country211: (i), (
 
 
 # ----------------------------------------------------------------------------------------------- configuration
-def load_config(name: str, quick: bool = False) -> dict[str, Any]:
-    """A Table 3 config (``experiments/configs/table3_<name>.json`` or a path) as one flat dict: top-level values,
-    ``choices`` values (their reasons under ``"reasons"``), and with ``quick`` the ``quick`` overrides."""
-    path = Path(name) if name.endswith(".json") else CONFIG_DIR / f"table3_{name}.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"config {path} not found")
-    raw = json.loads(path.read_text())
-    cfg = {k: v for k, v in raw.items() if k not in ("choices", "quick", "reasons")}
-    reasons = dict(raw.get("reasons", {}))
-    for key, entry in raw.get("choices", {}).items():
-        cfg[key], reasons[key] = entry["value"], entry["reason"]
-    if quick:
-        over = dict(raw.get("quick", {}))
-        cfg.update(over.pop("choices", {}))
-        if "search" in over and "search" in cfg:
-            cfg["search"] = {**cfg["search"], **over.pop("search")}
-        cfg.update(over)
-    cfg["reasons"], cfg["config_file"], cfg["quick"] = reasons, str(path.relative_to(ROOT) if path.is_relative_to(
-        ROOT) else path), quick
+def load_config(name: str, quick: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A Table 3 config (shipped ``table3_<name>.json`` or a path) as one flat dict
+    (:func:`kappalab.reproduce.table3_config.load_table3_config`); its methods must be known."""
+    cfg = load_table3_config(name, quick, overrides)
     unknown = [m for m in cfg["methods"] if m not in METHODS]
     if unknown:
-        raise ValueError(f"config {path}: unknown methods {unknown}; choose from {METHODS}")
+        raise ValueError(f"config {cfg['config_file']}: unknown methods {unknown}; choose from {METHODS}")
     return cfg
 
 
@@ -101,7 +72,7 @@ def _split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndar
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
 
 
-def proxy_task(cfg: dict[str, Any], work: Path, validation: float | None = None) -> Task:
+def proxy_task(cfg: dict[str, Any], work: Path, validation: float | None = None, device: str = "cpu") -> Task:
     """The CPU proxy: MNIST digits 0-4 vs 5-9 on the embedded subset, SmallCNN pre-trained per seed (cached).
 
     With ``validation`` (a fraction) the training rows of each task are split again (seed ``split_seed + 1``)
@@ -149,7 +120,7 @@ def proxy_task(cfg: dict[str, Any], work: Path, validation: float | None = None)
                 loaders=lambda seed: (loader("P", 1000 + seed, cfg["batch_size"]),
                                       loader("H", 2000 + seed, cfg["batch_size"])),
                 rir_P=tensors["P", rir][0], rir_H=tensors["H", rir][0], test_P=tensors["P", "test"],
-                probe=(tensors["H", "train"], tensors["H", "test"]), harmful_classes=n_H, device="cpu",
+                probe=(tensors["H", "train"], tensors["H", "test"]), harmful_classes=n_H, device=device,
                 data_label=data.source_label + f" digits {cfg['pretrain_digits']} vs {cfg['harmful_digits']}")
 
 
@@ -195,17 +166,28 @@ def evaluate(task: Task, model: ImmunizableModel, reference: ImmunizableModel | 
     return out
 
 
-def run_task(task: Task, cfg: dict[str, Any], store: RunStore, work: Path, seeds: list[int], methods: list[str]
-             ) -> None:
-    """Run every missing (seed, method) record of ``task`` (plus one ``init`` record per seed)."""
+def run_keys(task: Task, cfg: dict[str, Any], data: dict[str, str], seeds: list[int], methods: list[str]
+             ) -> dict[tuple[int, str], tuple[str, dict[str, Any]]]:
+    """``(seed, method) -> (key, identity)`` of every record of the call (``init`` records included)."""
+    out = {}
+    for s in seeds:
+        for m in ["init", *methods]:
+            ident = identity(resolved(cfg), data, {"seed": s, "method": m, "device": task.device, "dtype": "float64"})
+            out[s, m] = (f"{task.name}/seed{s}/{m}.{ident['hash']}", ident)
+    return out
+
+
+def run_task(task: Task, cfg: dict[str, Any], store: RunStore, work: Path, seeds: list[int], methods: list[str],
+             keys: dict[tuple[int, str], tuple[str, dict[str, Any]]]) -> None:
+    """Run every missing (seed, method) record of ``task`` (plus one ``init`` record per seed), under ``keys``."""
     from tqdm.auto import tqdm
 
     done = store.done_keys()
-    todo = [(s, m) for s in seeds for m in ["init", *methods] if f"{task.name}/seed{s}/{m}" not in done]
-    for seed, method in tqdm(todo, desc=f"table3 {task.name}"):
-        key, t0 = f"{task.name}/seed{seed}/{method}", time.perf_counter()
+    todo = [(s, m) for s in seeds for m in ["init", *methods] if keys[s, m][0] not in done]
+    for seed, method in tqdm(todo, desc=f"table3 {task.name}", disable=not sys.stderr.isatty()):
+        (key, ident), t0 = keys[seed, method], time.perf_counter()
         base = task.theta0(seed)
-        record: dict[str, Any] = {"key": key, "task": task.name, "seed": seed, "method": method}
+        record: dict[str, Any] = {"key": key, "task": task.name, "seed": seed, "method": method, "identity": ident}
         if method == "init":
             record["calibration"] = _calibration(task, base, cfg, seed)
             record.update(evaluate(task, base, None, cfg, seed))
@@ -451,84 +433,76 @@ def _figure(by: dict[str, list[dict[str, Any]]], out: Path, title: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- entry points
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kappalab reproduce table3", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--proxy", action="store_true", help="the CPU-scale MNIST analogue (runs here)")
-    p.add_argument("--quick", action="store_true", help="with --proxy: a < 1 min smoke run")
-    p.add_argument("--calibrate", action="store_true", help="print gradient norms at theta_0 and balanced lambdas")
-    p.add_argument("--search", action="store_true",
-                   help="with --proxy: Appendix C.2's lambda/epoch search on a validation split (config 'search')")
-    p.add_argument("--aggregate-only", action="store_true", help="rebuild table and figure from the records")
-    p.add_argument("--arch", choices=["resnet18", "vit"])
-    p.add_argument("--harmful", choices=["cars", "country211"])
-    p.add_argument("--imagenet", help="ImageNet-1k root with train/ and val/ class folders")
-    p.add_argument("--harmful-dir", help="Stanford Cars or Country211 root with train/ and test/ class folders")
-    p.add_argument("--weights", help="local timm state dict (.safetensors or .pth/.bin) of the model")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--config", help="config name or path (default: from the mode)")
-    p.add_argument("--seeds", type=int, nargs="+", help="override the config's seeds")
-    p.add_argument("--methods", nargs="+", choices=METHODS, help="override the config's methods")
-    p.add_argument("--out", help="folder for runs.jsonl, table.md, figure3.png/pdf")
-    p.add_argument("--work", help="folder for checkpoints (default: results/table3/<name>/work)")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point (see the module docstring)."""
-    args = _parser().parse_args(argv)
-    if args.proxy == bool(args.arch):
-        print("kappalab reproduce table3: give either --proxy or --arch/--harmful (see --help)", file=sys.stderr)
-        return 2
-    if args.quick and not args.proxy:
-        print("kappalab reproduce table3: --quick needs --proxy", file=sys.stderr)
-        return 2
-    torch.set_default_dtype(torch.float64)
+def _data_identity(cfg: dict[str, Any], args: argparse.Namespace) -> dict[str, str]:
+    """The proxy: the embedded MNIST subset's arrays and the digits. The paper's nets: the folders and the weights
+    file's sha256 (hashing ImageNet's files is out of reach; the folders are named instead)."""
     if args.proxy:
-        cfg = load_config(args.config or "proxy", quick=args.quick)
-        default_out = ROOT / ("results/table3_quick" if args.quick else "docs/reproduction/table3")
-        title = ("CPU-scale analogue (SmallCNN, MNIST subset 0-4 vs 5-9)" + (" [quick]" if args.quick else "")
-                 + (f", {cfg['label']}" if cfg.get("label") else "") + "\nnot the paper's experiment")
-    else:
-        if not args.harmful:
-            print("kappalab reproduce table3: --arch needs --harmful", file=sys.stderr)
-            return 2
-        cfg = load_config(args.config or f"{args.arch}_{args.harmful}")
-        default_out = ROOT / "results" / "table3" / cfg["name"]
-        title = f"{cfg['timm_name']}, ImageNet-1k vs {args.harmful}"
-    out = Path(args.out) if args.out else default_out
-    work = Path(args.work) if args.work else ROOT / "results" / "table3" / (cfg["name"] + ("_quick" if args.quick
-                                                                                              else "")) / "work"
-    seeds, methods = args.seeds or cfg["seeds"], args.methods or cfg["methods"]
+        from ..data.mnist import load_mnist
+
+        data = load_mnist()
+        return data_identity(f"mnist-subset/{cfg['pretrain_digits']}-vs-{cfg['harmful_digits']}",
+                             {"images": data.images, "labels": data.labels})
+    import hashlib
+
+    digest = hashlib.sha256(Path(args.weights).read_bytes()).hexdigest() if args.weights and Path(
+        args.weights).is_file() else "no weights file"
+    return {"name": f"imagenet-1k ({args.imagenet}) vs {cfg['harmful']} ({args.harmful_dir})",
+            "sha256": f"weights {digest}"}
+
+
+def run(call) -> int:
+    """Run what ``kappalab reproduce table3`` asked for (``call``: the checked command line, a
+    :class:`kappalab.reproduce.table3_cli.Call`)."""
+    args, cfg, out, seeds, methods, title = call.args, call.cfg, call.out, call.seeds, call.methods, call.title
+    unknown = [m for m in cfg["methods"] + methods if m not in METHODS]
+    if unknown:
+        raise UsageError(f"config {cfg['config_file']}: unknown methods {unknown}; choose from {METHODS}")
+    torch.set_default_dtype(torch.float64)
+    data = _data_identity(cfg, args)
+    # checkpoints (theta_0 and the immunization's epochs) live under the hash of the config and the data
+    tag = identity(resolved(cfg), data, {"device": args.device, "dtype": "float64"})["hash"]
+    work = (Path(args.work) if args.work else out / "work") / tag
     if args.search:
-        if not args.proxy or "search" not in cfg:
-            print("kappalab reproduce table3: --search needs --proxy and a config with a 'search' block",
-                  file=sys.stderr)
-            return 2
+        if not args.proxy or not cfg.get("search"):
+            raise UsageError("--search: needs --proxy and a config with a 'search' block")
         cfg["methods"] = methods
-        swork = Path(args.work) if args.work else ROOT / "results" / "table3" / (
-            cfg["name"] + "_search" + ("_quick" if args.quick else "")) / "work"
-        result = run_search(cfg, out, swork)
+        result = run_search(cfg, out, work.with_name(work.name + "_search"))
         print(json.dumps({m: {k: v for k, v in x.items() if k != "val"} for m, x in result["selected"].items()},
                          indent=2))
         return 0
     store = RunStore(out / "runs.jsonl")
+    stored = store.records()
+    legacy = bool(stored) and all("identity" not in r for r in stored)
     if not args.aggregate_only:
-        if args.proxy:
-            task = proxy_task(cfg, work)
-        else:
+        if any("identity" not in r for r in stored):
+            raise UsageError(f"--out: {store.path} holds runs written before run identities (read it with "
+                             "--aggregate-only); use another --out")
+        task = proxy_task(cfg, work, device=args.device) if args.proxy else None
+        if task is None:
             from ..deep.paper import paper_task
 
-            task = paper_task(cfg, args, work)
+            try:
+                task = paper_task(cfg, args, work)
+            except (ValueError, FileNotFoundError, ImportError) as error:  # missing inputs or kappalab[deep]
+                raise UsageError(f"--arch {args.arch}: {str(error).splitlines()[0]}") from None
         if args.calibrate:
             print(json.dumps(_calibration(task, task.theta0(seeds[0]), cfg, seeds[0]), indent=2))
             return 0
+        keys = run_keys(task, cfg, data, seeds, methods)
         t0 = time.perf_counter()
-        run_task(task, cfg, store, work, seeds, methods)
+        with store.lock():
+            run_task(task, cfg, store, work, seeds, methods, keys)
         print(f"table3 {cfg['name']}: runs finished in {time.perf_counter() - t0:.0f} s this call")
-    records = [r for r in store.records() if r["seed"] in seeds]
+        wanted = {key for key, _ in keys.values()}
+        records = [r for r in store.records() if r["key"] in wanted]
+    elif legacy:  # a store written before run identities (e.g. the committed docs/reproduction/table3)
+        records = [r for r in stored if r["seed"] in seeds]
+    else:
+        records = [r for r in stored if r.get("identity", {}).get("config") == to_jsonable(resolved(cfg))
+                   and r["identity"]["data"] == data and r["identity"]["options"]["device"] == args.device
+                   and r["seed"] in seeds]
     if not records:
-        print(f"no records in {store.path}", file=sys.stderr)
+        print(f"kappalab reproduce table3: no records of this config in {store.path}", file=sys.stderr)
         return 1
     print(aggregate(records, out, title))
     return 0

@@ -1,4 +1,11 @@
-"""``kappalab verify``: run ``pytest proofs_checks`` and write docs/verdicts.md and docs/verdicts.json.
+"""``kappalab verify``: run ``pytest proofs_checks`` and write verdicts.md and verdicts.json (default folder
+``results/verify``; the committed ``docs/verdicts.*`` are rewritten only with ``--out-dir docs``).
+
+The claim checks are found (:func:`checks_dir`) in ``--checks DIR``, else next to the source tree kappalab is
+imported from (a checkout), else as the installed ``proofs_checks`` package (the wheel ships it). Without pytest
+and hypothesis ``verify`` refuses to run (status 2), and a pytest run that did not complete (interrupted,
+internal or usage error, nothing collected) writes no verdicts at all: a verdict is never written that was not
+measured.
 
 Merges the registry (``claims.json``: statement, location, interpretation, verdict category, backing tests),
 the evidence the tests write at run time (``$KAPPALAB_EVIDENCE_DIR/<id>.json``) and the per-test outcome
@@ -15,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+import importlib.util
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -48,11 +56,16 @@ def merge(registry, evidence_dir: Path, outcomes: dict[str, str]) -> list[dict[s
         ev_path = evidence_dir / f"{claim['id']}.json"
         ev = json.loads(ev_path.read_text()) if ev_path.exists() else {}
         statuses = [outcomes.get(t, "missing") for t in claim["tests"]]
-        status = "passed" if statuses and all(s == "passed" for s in statuses) else "failed"
+        if statuses and all(s == "passed" for s in statuses):
+            status = "passed"
+        elif any(s == "failed" for s in statuses):
+            status = "failed"
+        else:  # skipped or not collected: nothing was measured
+            status = "not measured"
         rows.append({
             "id": claim["id"], "where": claim["where"], "statement": claim["statement"],
             "short": claim.get("short", claim["statement"]), "evidence_line": claim.get("evidence_line", ""),
-            "verdict": claim["verdict"] if status == "passed" else "check failed",
+            "verdict": {"passed": claim["verdict"], "failed": "check failed"}.get(status, "not measured"),
             "cases_tried": ev.get("cases_tried", 0), "families": ev.get("families", {}),
             "counterexample": ev.get("counterexamples", [None])[0] if ev.get("counterexamples") else None,
             "counterexamples": ev.get("counterexamples", []), "measurements": ev.get("measurements", {}),
@@ -84,25 +97,61 @@ def render_md(rows: list[dict[str, Any]], profile: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: pytest exit codes after which the per-test outcomes are complete (0: all passed, 1: some failed)
+COMPLETE_RUN = (0, 1)
+
+
+def checks_dir(given: str | None = None) -> Path | None:
+    """The ``proofs_checks`` folder to run: ``given``, else the source checkout's, else the installed package's."""
+    if given is not None:
+        return Path(given).resolve()
+    checkout = Path(__file__).resolve().parents[3] / "proofs_checks"
+    if (checkout / "conftest.py").is_file():
+        return checkout
+    spec = importlib.util.find_spec("proofs_checks")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0]).resolve()
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kappalab verify", description=__doc__.splitlines()[0])
+    from kappalab.cli_options import RESULTS, Parser, check_out
+
+    parser = Parser(prog="kappalab verify", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=["ci", "deep"], default="ci")
-    parser.add_argument("--out-dir", default="docs")
-    parser.add_argument("--repo", default=".")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS / "verify",
+                        help="folder for verdicts.md / verdicts.json (default results/verify)")
+    parser.add_argument("--checks", default=None, metavar="DIR",
+                        help="the proofs_checks folder to run (default: the checkout's, else the installed one)")
     args = parser.parse_args(argv)
-    repo = Path(args.repo).resolve()
-    if not (repo / "proofs_checks").is_dir():
-        print(f"kappalab verify: no proofs_checks/ directory under --repo {repo}", file=sys.stderr)
+    missing = [name for name in ("pytest", "hypothesis") if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"kappalab verify: error: {' and '.join(missing)} not installed; verify runs the claim checks with "
+              "them (pip install 'kappalab[test]')", file=sys.stderr)
+        return 2
+    checks = checks_dir(args.checks)
+    if checks is None or not (checks / "conftest.py").is_file():
+        print(f"kappalab verify: error: --checks: no proofs_checks folder found ({checks})", file=sys.stderr)
+        return 2
+    try:
+        out = check_out(args.out_dir, "--out-dir")
+    except ValueError as error:
+        print(f"kappalab verify: error: {error}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         ev_dir, junit = Path(tmp) / "evidence", Path(tmp) / "junit.xml"
         env = dict(os.environ, KAPPALAB_EVIDENCE_DIR=str(ev_dir), KAPPALAB_HYPOTHESIS_PROFILE=args.profile)
-        code = subprocess.call([sys.executable, "-m", "pytest", "proofs_checks", "-q", "-p", "no:cacheprovider",
-                                f"--junitxml={junit}"], cwd=repo, env=env)
-        outcomes = junit_outcomes(junit) if junit.exists() else {}
-        rows = merge(load_registry(), ev_dir, outcomes)
-    out = (repo / args.out_dir) if not Path(args.out_dir).is_absolute() else Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+        try:
+            code = subprocess.call([sys.executable, "-m", "pytest", checks.name, "-q", "-p", "no:cacheprovider",
+                                    f"--rootdir={checks.parent}", f"--junitxml={junit}"], cwd=checks.parent, env=env)
+        except KeyboardInterrupt:
+            print("kappalab verify: interrupted; no verdicts written", file=sys.stderr)
+            return 130
+        if code not in COMPLETE_RUN or not junit.exists():
+            print(f"kappalab verify: pytest did not complete (exit code {code}); no verdicts written",
+                  file=sys.stderr)
+            return 1
+        rows = merge(load_registry(), ev_dir, junit_outcomes(junit))
     (out / "verdicts.json").write_text(json.dumps(rows, indent=2) + "\n")
     (out / "verdicts.md").write_text(render_md(rows, args.profile))
     failed = code != 0 or any(r["status"] != "passed" for r in rows)

@@ -1,0 +1,41 @@
+"""Table 2 and Figure 2: immunize a 784 x 784 linear extractor on every ordered MNIST digit pair.
+
+``kappalab reproduce table2 [--protocol paper|official] [--pairs a-b,...] [--seeds 0,1,2] [--methods ...]
+[--workers N] [--device cpu|cuda] [--data mnist-subset|mnist] [--out DIR] [--epochs E] [--quick]
+[--report-only] [--config FILE] [--set KEY=VALUE ...]``
+
+One run = (protocol, method, pair (a, b), seed): D_P = images of digit ``a``, D_H = images of digit ``b``
+(:func:`kappalab.data.mnist.digit_pair`, capped at the smaller count by seeded sampling). Labels: D_P all 0 (the
+authors' code: a degenerate pre-training task, only the covariances matter for RIR), D_H all 1 (Appendix C.2's
+``BinaryDataset`` maps one digit to 0 and the other to 1; only IMMA reads D_H's labels). Hyper-parameters come
+from the shipped ``table2_<protocol>_<method>.json`` (Table 4's MNIST row is ``table2_mnist_linear.json``).
+
+The sweep is resumable (:mod:`kappalab.sweep`): one JSONL record per finished run in ``OUT/runs_<protocol>.jsonl``,
+keyed by a readable label and the run identity's hash (config, data sha256, options), and per run
+``OUT/spectra/<key>.npz`` with its spectra (:mod:`.spectra`), enough to recompute (i), (ii) and RIR without the
+model. The report (markdown, CSV, JSON, Figure 2 PNG+PDF) is rebuilt from the records alone (:mod:`.report`).
+
+Modules: :mod:`.constants` (names, pairs, the paper's reference numbers), :mod:`.data` (MNIST pairs, configs, data
+identity), :mod:`.spectra` (spectra and kappa / Eq. 15 from them), :mod:`.probe` (the independent probing
+measure), :mod:`.run` (the worker and the sweep plan), :mod:`.tally` / :mod:`.figure` (Figure 2),
+:mod:`.report` (tables, markdown, store comparison), :mod:`.cli` (the command).
+"""
+
+from .cli import build_parser, check_store, main, plan_from_args, select_records, spectral_route
+from .constants import (ALL_PAIRS, METHOD_LABELS, METHODS, PAPER_FIG2_SUCCESS, PAPER_TABLE2, PROBE_PAIRS,
+                        QUICK_EPOCHS, QUICK_PAIRS, SUCCESS_THRESHOLD)
+from .data import data_label, mnist_task, pool_images, table2_config
+from .report import PROBE_COLUMNS, record_route, run_rows, table, write_report
+from .run import SweepPlan, parse_ints, parse_pairs, run_label, run_one
+from .spectra import (SPECTRA, SPECTRA_METHOD, default_rtol, feature_spectrum, kappa_from_eigenvalues,
+                      numerical_rank, rir_from_spectra, rtol_sensitivity, run_spectra)
+from .tally import pair_log_rir, success_counts
+from kappalab.sweep import run_sweep
+
+__all__ = ["ALL_PAIRS", "METHODS", "METHOD_LABELS", "PAPER_FIG2_SUCCESS", "PAPER_TABLE2", "PROBE_COLUMNS",
+           "PROBE_PAIRS", "QUICK_EPOCHS", "QUICK_PAIRS", "SPECTRA", "SPECTRA_METHOD", "SUCCESS_THRESHOLD",
+           "SweepPlan", "build_parser", "check_store", "data_label", "default_rtol", "feature_spectrum",
+           "kappa_from_eigenvalues", "main", "mnist_task", "numerical_rank", "pair_log_rir", "parse_ints",
+           "parse_pairs", "plan_from_args", "pool_images", "record_route", "rir_from_spectra", "rtol_sensitivity",
+           "run_label", "run_one", "run_rows", "run_spectra", "run_sweep", "select_records", "spectral_route",
+           "success_counts", "table", "table2_config", "write_report"]

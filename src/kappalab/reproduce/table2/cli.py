@@ -1,0 +1,162 @@
+"""``kappalab reproduce table2``: the command line (arguments, the plan, the store checks, the sweep, the report)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
+                                  data_errors, positive_int)
+from kappalab.results import RunStore
+
+from .constants import ALL_PAIRS, METHODS, PROBE_PAIRS, QUICK_EPOCHS, QUICK_PAIRS
+from .data import DATASETS, data_label, load_dataset
+from .report import record_route, reproducibility, write_report
+from .run import SweepPlan, parse_ints, parse_pairs, run_one
+from .spectra import SPECTRA_METHOD
+
+PROG = "kappalab reproduce table2"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __doc__ as doc
+
+    parser = Parser(prog=PROG, description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--protocol", choices=("paper", "official"), default="official")
+    parser.add_argument("--pairs", default=None, help="a-b,... or 'all' (default: all; --quick: 0-1,7-3)")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds >= 0 (default 0,1,2; --quick: 0)")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
+    parser.add_argument("--epochs", type=positive_int, default=None, help="override the config's epochs (Table 4: 30)")
+    parser.add_argument("--pool", type=int, default=None, choices=(1, 2, 4),
+                        help="average-pool images (1 = 784 pixels, the paper; --quick: 4)")
+    parser.add_argument("--workers", type=positive_int, default=1, help="parallel processes (default 1)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--data", choices=DATASETS, default="mnist-subset",
+                        help="dataset: the embedded subset (500/digit, default) or full MNIST (needs --data-dir)")
+    parser.add_argument("--data-dir", default=None, help="MNIST IDX folder (with --data mnist)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default results/table2, --quick: results/table2_quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"CI smoke run: pairs {QUICK_PAIRS}, seed 0, {QUICK_EPOCHS} epoch(s), pool 4")
+    parser.add_argument("--no-probe", action="store_true", help="skip the independent (probing) measures")
+    parser.add_argument("--report-only", action="store_true", help="rebuild the report from the store, run nothing")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--compare-with", type=Path, default=None, metavar="DIR",
+                        help="also write reproducibility_<protocol>.{md,json}: run-by-run differences of (i), (ii), "
+                             "RIR between this store and the one in DIR (same runs, e.g. another spectral route)")
+    add_config_options(parser, "a JSON object of overrides, same keys as --set")
+    return parser
+
+
+def plan_from_args(args: argparse.Namespace) -> SweepPlan:
+    """The sweep the arguments ask for; a ValueError names the bad argument."""
+    from kappalab.reproduce.table1 import read_overrides
+
+    quick = args.quick
+    pairs = parse_pairs(args.pairs) if args.pairs else (QUICK_PAIRS if quick else ALL_PAIRS)
+    seeds = parse_ints(args.seeds, "--seeds") if args.seeds else ((0,) if quick else (0, 1, 2))
+    methods = tuple(m.strip() for m in args.methods.split(","))
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise UsageError(f"--methods: unknown {bad}; choose from {METHODS}")
+    if len(set(methods)) != len(methods):
+        raise UsageError(f"--methods: repeated method in {args.methods!r}")
+    overrides = read_overrides(args.config, args.overrides)
+    from .data import table2_config
+
+    epochs = args.epochs or (QUICK_EPOCHS if quick else table2_config(args.protocol, "ours", overrides).epochs)
+    out = args.out or RESULTS / ("table2_quick" if quick else "table2")
+    pool = args.pool or (4 if quick else 1)
+    return SweepPlan(args.protocol, methods, pairs, seeds, epochs, Path(out), args.device, args.data_dir, pool,
+                     () if args.no_probe else (pairs[:1] if quick else PROBE_PAIRS), args.data, overrides)
+
+
+def spectral_route(plan: SweepPlan) -> str:
+    """The configured ``extra.spectral_route`` of the plan's configs; all methods must agree (one table, one
+    route)."""
+    routes = {plan.config(m).get("spectral_route") for m in METHODS}
+    if len(routes) != 1:
+        raise UsageError(f"the table2_{plan.protocol}_* configs disagree on extra.spectral_route: {sorted(routes)}")
+    return routes.pop()
+
+
+def select_records(plan: SweepPlan, keys: set[str]) -> tuple[list[dict[str, Any]], bool]:
+    """The stored records the report covers, and whether the store is a legacy one.
+
+    A store written with run identities: the records of this plan's keys. A legacy store (records without an
+    ``identity``, written before them; e.g. the committed ``docs/reproduction/table2/...``): its records of the
+    plan's pool and epochs, as the report always read them."""
+    records = RunStore(plan.store_path).records()
+    if records and all("identity" not in r for r in records):
+        return [r for r in records if r["params"].get("pool", 1) == plan.pool
+                and r["params"]["epochs"] == plan.epochs], True
+    return [r for r in records if r["key"] in keys], False
+
+
+def check_store(plan: SweepPlan, route: str) -> None:
+    """Refuse to add runs to a store of another kind: one written before run identities, one holding another
+    spectral route, or spectra computed another way (no silently mixed table)."""
+    records = RunStore(plan.store_path).records()
+    if any("identity" not in r for r in records):
+        raise UsageError(f"--out: {plan.store_path} holds runs written before run identities (read it with "
+                         "--report-only); use another --out")
+    others = sorted({record_route(r) for r in records} - {route})
+    if others:
+        raise UsageError(f"--out: {plan.store_path} holds runs made with spectral_route {others}, the configs now "
+                         f"say {route!r}: use another --out")
+    stale = sorted({(r.get("result") or {}).get("spectra", "eigvalsh-gram") for r in records} - {SPECTRA_METHOD})
+    if stale:
+        raise UsageError(f"--out: {plan.store_path} holds runs whose spectra were computed by {stale}, this "
+                         f"version stores {SPECTRA_METHOD!r} spectra: use another --out")
+
+
+@command(PROG)
+def main(argv: list[str]) -> int:
+    from kappalab.provenance import provenance
+    from kappalab.sweep import run_sweep
+
+    args = build_parser().parse_args(argv)
+    try:
+        plan = plan_from_args(args)
+    except ValueError as error:  # parse_pairs / parse_ints name their argument
+        raise UsageError(str(error)) from None
+    check_device(plan.device)
+    with data_errors("--data-dir" if plan.data_dir else "--data"):
+        source = load_dataset(plan.dataset, plan.data_dir).source_label
+    if args.report_only:
+        if not plan.store_path.is_file():
+            raise UsageError(f"--report-only: no store {plan.store_path}")
+    else:
+        check_out(plan.out)
+        check_store(plan, spectral_route(plan))
+    label = data_label(source, plan.pool)
+    jobs = plan.jobs()
+    header = {"data_label": label, "protocol": plan.protocol, "epochs": plan.epochs, "pool": plan.pool,
+              "data": jobs[0].params["identity"]["data"], "overrides": plan.overrides,
+              "provenance": provenance(None, {"plan": plan, "configs": {m: plan.config(m) for m in plan.methods}},
+                                       device=plan.device, data_label=label)}
+    if not args.report_only:
+        summary = run_sweep(jobs, run_one, plan.store_path, workers=args.workers, progress=not args.no_progress,
+                            desc=f"table2/{plan.protocol}",
+                            extra_record=lambda job: {"identity": job.params["identity"], "provenance": provenance(
+                                job.params["seed"], job.params, device=plan.device, data_label=label)})
+        if summary.run_times_s:
+            mean = float(np.mean(summary.run_times_s))
+            print(f"table2: {summary.completed} runs in {summary.wall_time_s:.1f} s ({mean:.1f} s/run in a worker, "
+                  f"{args.workers} worker(s)); {summary.skipped} were already done")
+    records, legacy = select_records(plan, {job.key for job in jobs})
+    header["legacy_store"] = legacy
+    result = write_report(plan, records, len(jobs), header)
+    print(f"table2: report of {result['n_runs']}/{len(jobs)} runs in {plan.out}"
+          + (" (a store written before run identities)" if legacy else ""))
+    if args.compare_with is not None:
+        other = SweepPlan(**{**plan.__dict__, "out": args.compare_with})
+        if not other.store_path.is_file():
+            raise UsageError(f"--compare-with: no store {other.store_path}")
+        comparison = reproducibility(plan, other)
+        print(f"table2: {comparison['n_common']} runs compared with {other.store_path} "
+              f"-> {plan.out / f'reproducibility_{plan.protocol}.md'}")
+    return 0

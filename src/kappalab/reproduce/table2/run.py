@@ -1,0 +1,143 @@
+"""One Table 2 run (the sweep's worker) and the plan of a sweep: which runs, under which keys."""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kappalab.reproduce.identity import identity, run_key
+from kappalab.sweep import Job, limit_threads
+
+from .constants import ALL_PAIRS, PROBE_PAIRS
+from .data import data_identity, mnist_task, table2_config
+from .probe import probe_measures
+from .spectra import SPECTRA_METHOD, data_spectra, rir_from_spectra, rtol_sensitivity, run_spectra
+
+
+def run_label(protocol: str, method: str, a: int, b: int, seed: int, epochs: int, pool: int = 1) -> str:
+    """The readable part of a run's key (the key adds the identity hash; records written before run identities
+    have this label alone as their key)."""
+    return f"{protocol}.{method}.{a}-{b}.s{seed}.e{epochs}" + ("" if pool == 1 else f".p{pool}")
+
+
+def run_one(params: dict[str, Any]) -> dict[str, Any]:
+    """Sweep worker: immunize one pair, evaluate it, store its spectra; returns the record's ``result``."""
+    from kappalab.immunization import evaluate, immunize
+
+    limit_threads(int(params.get("threads", 1)))
+    a, b, seed = int(params["a"]), int(params["b"]), int(params["seed"])
+    cfg = table2_config(params["protocol"], params["method"], params["overrides"]).replace(
+        epochs=int(params["epochs"]))
+    pool, dataset, directory = int(params["pool"]), params["dataset"], params["data_dir"]
+    task = mnist_task(a, b, seed, directory, pool, dataset)
+    if cfg.get("loss") not in (None, task.loss):
+        raise ValueError(f"config {cfg.source[-1]}: extra loss {cfg.get('loss')!r} but the MNIST task uses "
+                         f"{task.loss!r}")
+    start = time.perf_counter()
+    run = immunize(task, cfg, seed, device=params["device"])
+    train_s = time.perf_counter() - start
+    theta = np.asarray(run.theta_I, dtype=np.float64)
+    spectra = run_spectra(task, theta, run.bias, data_spectra(a, b, seed, directory, pool, dataset))
+    folder = Path(params["out"]) / "spectra"
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(folder / f"{params['key']}.npz", **spectra)
+    evaluation = evaluate(run, task, sensitivity=("pinv",), endpoints=False)  # only what the report reads
+    result: dict[str, Any] = {
+        "gram": rir_from_spectra(spectra), "rtol_sensitivity": rtol_sensitivity(spectra),
+        "evaluate": evaluation, "train_s": train_s, "n_steps": run.n_steps,
+        "degenerate_count": run.degenerate_count, "spectra_file": f"spectra/{params['key']}.npz",
+        "config_source": list(cfg.source), "data_label": task.data_label,
+        "spectral_route": cfg.get("spectral_route"), "spectra": SPECTRA_METHOD,
+    }
+    if params["probe"]:
+        result["probe"] = probe_measures(theta, run.bias, task.X_P, task.X_H, a, b, seed, directory, pool, dataset)
+    result["total_s"] = time.perf_counter() - start
+    return result
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What ``main`` runs: protocol, methods, pairs, seeds, epochs, output folder, data, config overrides."""
+
+    protocol: str
+    methods: tuple[str, ...]
+    pairs: tuple[tuple[int, int], ...]
+    seeds: tuple[int, ...]
+    epochs: int
+    out: Path
+    device: str = "cpu"
+    data_dir: str | None = None
+    pool: int = 1
+    probe_pairs: tuple[tuple[int, int], ...] = PROBE_PAIRS
+    dataset: str = "mnist-subset"
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def store_path(self) -> Path:
+        return self.out / f"runs_{self.protocol}.jsonl"
+
+    def config(self, method: str):
+        """The method's resolved config (overrides applied, epochs from the plan)."""
+        return _config(self.protocol, method, tuple(sorted(self.overrides.items(), key=str)), self.epochs)
+
+    def jobs(self) -> list[Job]:
+        data = data_identity(self.dataset, self.data_dir, self.pool)
+        jobs = []
+        for method in self.methods:
+            resolved = self.config(method).resolved()
+            for a, b in self.pairs:
+                for seed in self.seeds:
+                    probe = (a, b) in self.probe_pairs and seed == self.seeds[0]
+                    ident = identity(resolved, data, {"a": a, "b": b, "seed": seed, "pool": self.pool,
+                                                      "device": self.device, "dtype": "float64", "probe": probe})
+                    key = run_key(run_label(self.protocol, method, a, b, seed, self.epochs, self.pool), ident)
+                    jobs.append(Job(key, {
+                        "key": key, "identity": ident, "protocol": self.protocol, "method": method, "a": a,
+                        "b": b, "seed": seed, "epochs": self.epochs, "pool": self.pool, "out": str(self.out),
+                        "device": self.device, "dataset": self.dataset, "data_dir": self.data_dir,
+                        "overrides": self.overrides, "probe": probe}))
+        # seed-major, methods interleaved: a partial sweep covers every method on the same pairs
+        order = {pair: i for i, pair in enumerate(self.pairs)}
+        return sorted(jobs, key=lambda j: (j.params["seed"], order[(j.params["a"], j.params["b"])],
+                                           self.methods.index(j.params["method"])))
+
+
+@functools.lru_cache(maxsize=16)
+def _config(protocol: str, method: str, overrides: tuple[tuple[str, Any], ...], epochs: int):
+    return table2_config(protocol, method, dict(overrides)).replace(epochs=epochs)
+
+
+def parse_pairs(text: str) -> tuple[tuple[int, int], ...]:
+    """``"0-1,3-8"`` -> ((0, 1), (3, 8)); ``"all"`` -> the 90 ordered pairs."""
+    if text == "all":
+        return ALL_PAIRS
+    pairs = []
+    for item in text.split(","):
+        try:
+            a, b = (int(x) for x in item.strip().split("-"))
+        except ValueError:
+            raise ValueError(f"--pairs: {item!r} is not of the form a-b (digits)") from None
+        if not (0 <= a <= 9 and 0 <= b <= 9 and a != b):
+            raise ValueError(f"--pairs: {item!r} must name two different digits 0..9")
+        pairs.append((a, b))
+    if len(set(pairs)) != len(pairs):
+        raise ValueError(f"--pairs: a pair is repeated in {text!r}")
+    return tuple(pairs)
+
+
+def parse_ints(text: str, name: str) -> tuple[int, ...]:
+    """Comma-separated integers >= 0, none repeated (``--seeds 0,1,2``)."""
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"{name}: expected comma-separated integers, got {text!r}") from None
+    if any(v < 0 for v in values):
+        raise ValueError(f"{name}: must be >= 0, got {text!r}")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name}: repeated value in {text!r}")
+    return values

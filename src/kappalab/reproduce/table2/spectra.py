@@ -1,0 +1,118 @@
+"""Spectra of a Table 2 run and kappa / Eq. 15 from them.
+
+Rank tolerance. ``N = 500 < D = 784`` and many pixels are constant over a digit's images (rank(K) is 306 for
+the 1s, 449 for the 0s), so ``K = X^T X`` and ``H(theta) = theta^T K theta`` are singular and kappa needs the
+smallest NONZERO eigenvalue. Each run stores the squared singular values of ``X theta (+ 1 b^T)`` and ``X``
+(:func:`feature_spectrum`, by SVD: accurate far below the ~1e-15 lambda_max floor of any eigenvalue solver): the
+nonzero spectra of H and K without the D - N structural zeros. The headline kappa (:func:`rir_from_spectra`)
+decides the rank k once per split, on K, at ``rtol = N eps`` (NumPy's convention), and uses the same k for
+``H(theta_I)`` (rank(H) = rank(K) for an invertible theta).
+
+The rank rule, the pseudo-inverse kappa and the RIR here are this table's copies of the rules that
+``kappalab.kappa`` is to hold once (moved here unchanged from the former ``table2.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .data import mnist_task
+
+def feature_spectrum(F: np.ndarray) -> np.ndarray:
+    """The nonzero spectrum of ``H = F^T F`` (``F = X theta (+ 1 b^T)``; ``F = X``: of ``K``) without its
+    ``|D - N|`` structural zeros: the ``min(N, D)`` squared singular values of ``F`` (N x D), ascending.
+
+    Computed by the SVD of F, not by ``eigvalsh`` of the Gram matrix ``F F^T``: the Gram eigensolver's absolute
+    error is ~eps lambda_max, so it cannot resolve an eigenvalue below ~1e-15 lambda_max (kappa > ~1e15), whereas
+    the SVD's absolute error is ~eps sigma_max on sigma, i.e. it resolves lambda_k / lambda_1 down to ~eps^2.
+    Table 2's immunized H reach kappa ~1e17 (IMMA, Opt kappa): measured on pair 4-1, seed 0, IMMA, three runs whose
+    theta_I differ by 1e-11 (two spectral routes, two Adam kernels) gave RIR 0.60, 0.60, 0.57 from Gram
+    eigenvalues and 3.66689 (all six digits equal) from the SVD (``tests/test_reproduce_table2.py`` checks the
+    resolution against an exactly known spectrum)."""
+    return np.sort(np.linalg.svd(F, compute_uv=False) ** 2)
+
+
+def default_rtol(eigenvalues: np.ndarray) -> float:
+    """``n * eps(float64)`` for a Gram spectrum of length n: NumPy's ``matrix_rank`` convention, as in the core."""
+    return len(eigenvalues) * float(np.finfo(np.float64).eps)
+
+
+def numerical_rank(eigenvalues: np.ndarray, rtol: float | None = None) -> int:
+    """Number of eigenvalues above ``rtol * max`` (``rtol=None``: :func:`default_rtol`)."""
+    lam = np.asarray(eigenvalues, dtype=np.float64)
+    rtol = default_rtol(lam) if rtol is None else rtol
+    if not rtol > 0:
+        raise ValueError(f"rtol must be > 0, got {rtol!r}")
+    if not lam.max() > 0:
+        raise ValueError("eigenvalues: the matrix is zero (no positive eigenvalue)")
+    return int(np.sum(lam > rtol * lam.max()))
+
+
+def kappa_from_eigenvalues(eigenvalues: np.ndarray, rtol: float | None = None, rank: int | None = None) -> float:
+    """Eq. 1 with the pseudo-inverse: ``lambda_1 / lambda_k``, ``k`` = ``rank`` if given, else
+    :func:`numerical_rank` at ``rtol``."""
+    lam = np.sort(np.asarray(eigenvalues, dtype=np.float64))[::-1]
+    k = numerical_rank(lam, rtol) if rank is None else int(rank)
+    if not 1 <= k <= len(lam) or not lam[k - 1] > 0:
+        raise ValueError(f"rank must be in 1..{len(lam)} with a positive k-th eigenvalue, got {k}")
+    return float(lam[0] / lam[k - 1])
+
+
+SPECTRA = ("K_P", "K_H", "H_P", "H_H")
+
+
+def rir_from_spectra(spectra: dict[str, np.ndarray], rtol: float | None = None, *,
+                     rank_from_K: bool = True) -> dict[str, float]:
+    """Eq. 15 from stored spectra: (i) = kappa(H_H)/kappa(K_H), (ii) = kappa(H_P)/kappa(K_P), RIR = (i)/(ii).
+
+    ``rank_from_K=True`` (the headline): the rank k of each split is decided once, on K, at ``rtol``
+    (None: ``n eps``), and ``kappa(H(theta)) = lambda_1 / lambda_k`` with the same k, because
+    ``rank(theta^T K theta) = rank(K)`` for every invertible theta (also with the official bias: the constant
+    border pixels put the all-ones vector in range(X)). ``False``: each matrix gets its own numerical rank.
+    """
+    k = {}
+    for split in ("P", "H"):
+        rank = numerical_rank(spectra[f"K_{split}"], rtol)
+        k[f"K_{split}"] = kappa_from_eigenvalues(spectra[f"K_{split}"], rank=rank)
+        k[f"H_{split}"] = kappa_from_eigenvalues(spectra[f"H_{split}"], rtol, rank if rank_from_K else None)
+        k[f"rank_{split}"] = rank
+    term_i, term_ii = k["H_H"] / k["K_H"], k["H_P"] / k["K_P"]
+    return {"term_i": term_i, "term_ii": term_ii, "rir": term_i / term_ii,
+            **{(n if n.startswith("rank") else f"kappa_{n}"): v for n, v in k.items()}}
+
+
+def rtol_sensitivity(spectra: dict[str, np.ndarray], rtol: float | None = None) -> dict[str, float]:
+    """RIR at ``rtol`` (None: ``n eps``) and at 10x / 0.1x of it, with the rank from K and with each matrix's own."""
+    base = default_rtol(spectra["K_P"]) if rtol is None else rtol
+    out = {}
+    for f in (0.1, 1.0, 10.0):
+        out[f"rir_rtol_x{f:g}"] = rir_from_spectra(spectra, base * f)["rir"]
+        out[f"rir_own_rank_rtol_x{f:g}"] = rir_from_spectra(spectra, base * f, rank_from_K=False)["rir"]
+    return out
+
+
+
+#: how the stored spectra are computed (records without the field hold Gram eigenvalues, "eigvalsh-gram")
+SPECTRA_METHOD = "svd"
+
+
+@functools.lru_cache(maxsize=8)
+def data_spectra(a: int, b: int, seed: int, directory: str | None, pool: int, dataset: str = "mnist-subset"
+                 ) -> dict[str, np.ndarray]:
+    """K_P's and K_H's spectra of a task (theta-independent: shared by the four methods' runs in one worker)."""
+    task = mnist_task(a, b, seed, directory, pool, dataset)
+    return {name: feature_spectrum(X) for name, X in (("K_P", task.X_P), ("K_H", task.X_H))}
+
+
+def run_spectra(task, theta: np.ndarray, bias: np.ndarray | None,
+                data_spectra: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The four spectra of a run (:data:`SPECTRA`): K_P, K_H (``data_spectra`` when given: they do not depend on
+    theta) and H_P, H_H at ``(theta, bias)``, each by :func:`feature_spectrum`."""
+    from kappalab.immunization import features
+
+    data = data_spectra if data_spectra is not None else {"K_P": feature_spectrum(task.X_P),
+                                                          "K_H": feature_spectrum(task.X_H)}
+    return {**data, "H_P": feature_spectrum(features(theta, task.X_P, bias)),
+            "H_H": feature_spectrum(features(theta, task.X_H, bias))}

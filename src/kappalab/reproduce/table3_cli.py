@@ -1,0 +1,116 @@
+"""``kappalab reproduce table3``: Table 3 and Figure 3 (immunizing deep nets), and their CPU-scale analogue.
+
+Modes:
+
+* ``--proxy`` (runs here): :class:`~kappalab.deep.model.SmallCNN` pre-trained on MNIST digits 0-4 (D_P) and
+  immunized against digits 5-9 (D_H) on the embedded MNIST subset; config ``table3_proxy.json`` (shipped in :mod:`kappalab.configs`);
+  writes ``runs.jsonl``, ``table.md``, ``figure3.png``/``.pdf`` under ``--out`` (default
+  ``results/table3``). ``--quick`` shrinks it to a CI smoke run (< 1 min; default ``--out``
+  ``results/table3_quick``). ``--calibrate`` prints the gradient norms at theta_0 behind the lambdas.
+  ``--search`` runs Appendix C.2's selection of the lambdas and epochs on a train/validation split of the training
+  data (config block ``search``; :func:`run_search`, :mod:`kappalab.deep.search`), writing ``search.jsonl``,
+  ``search.md`` and ``search_selected.json``; the selected values are then entered in the config by hand.
+* ``--arch resnet18|vit --harmful cars|country211 --imagenet DIR --harmful-dir DIR --weights FILE`` (the paper's
+  configuration; needs ``kappalab[deep]``, the data, the weights and a GPU; under ``torchrun`` the training is
+  data-parallel). Config ``table3_<arch>_<harmful>.json``; outputs under ``results/table3/<arch>_<harmful>``.
+
+Configs are the shipped ``table3_<name>.json`` (schema: :mod:`kappalab.reproduce.table3_config`) or ``--config
+FILE``; ``--set KEY=VALUE`` overrides any value. Every (seed, method) is one record with provenance in an
+append-only ``runs.jsonl``, keyed ``<task>/seed<s>/<method>.<hash>`` by its run identity (resolved config, data
+identity, options: :mod:`kappalab.reproduce.identity`); finished records are never redone, and an interrupted
+training resumes from its last epoch checkpoint, kept under ``--work``/``<config and data hash>`` (default
+``OUT/work``) so a changed config never resumes another config's checkpoint. Tables and the figure are rebuilt
+from the records alone (``--aggregate-only``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kappalab.cli_options import (RESULTS, Parser, UsageError, check_device, check_out, command, seed as seed_type,
+                                  unique)
+
+#: the method names (kappalab.deep.METHODS; repeated here so that parsing needs no torch, checked by a test)
+METHODS = ("ours", "rill_only", "imma", "opt_kappa")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="kappalab reproduce table3", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--proxy", action="store_true", help="the CPU-scale MNIST analogue (runs here)")
+    p.add_argument("--quick", action="store_true", help="with --proxy: a < 1 min smoke run")
+    p.add_argument("--calibrate", action="store_true", help="print gradient norms at theta_0 and balanced lambdas")
+    p.add_argument("--search", action="store_true",
+                   help="with --proxy: Appendix C.2's lambda/epoch search on a validation split (config 'search')")
+    p.add_argument("--aggregate-only", action="store_true", help="rebuild table and figure from the records")
+    p.add_argument("--arch", choices=["resnet18", "vit"])
+    p.add_argument("--harmful", choices=["cars", "country211"])
+    p.add_argument("--imagenet", help="ImageNet-1k root with train/ and val/ class folders")
+    p.add_argument("--harmful-dir", help="Stanford Cars or Country211 root with train/ and test/ class folders")
+    p.add_argument("--weights", help="local timm state dict (.safetensors or .pth/.bin) of the model")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--config", help="config name or path (default: from the mode)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override one config value (repeatable; dotted keys, e.g. lambda_H=5e3, search.max_epochs=2)")
+    p.add_argument("--seeds", type=seed_type, nargs="+", help="override the config's seeds")
+    p.add_argument("--methods", nargs="+", choices=METHODS, help="override the config's methods")
+    p.add_argument("--out", help="folder for runs.jsonl, table.md, figure3.png/pdf (default under results/)")
+    p.add_argument("--work", help="folder for checkpoints (default: OUT/work)")
+    return p
+
+
+
+@dataclass
+class Call:
+    """A checked command line: the arguments, the loaded config, the output folder, the seeds and methods to run,
+    and the report's title."""
+
+    args: argparse.Namespace
+    cfg: dict[str, Any]
+    out: Path
+    seeds: list[int]
+    methods: list[str]
+    title: str
+
+
+def prepare(argv: list[str]) -> Call:
+    """Parse and check the command line and load the config (a UsageError / ConfigError names the argument)."""
+    from kappalab.configs import parse_set
+    from kappalab.reproduce.table3_config import load_table3_config
+
+    args = build_parser().parse_args(argv)
+    if args.proxy == bool(args.arch):
+        raise UsageError("--proxy / --arch: give either --proxy or --arch/--harmful (see --help)")
+    if args.quick and not args.proxy:
+        raise UsageError("--quick: needs --proxy")
+    if args.arch and not args.harmful:
+        raise UsageError("--arch: needs --harmful")
+    if args.search and not args.proxy:
+        raise UsageError("--search: needs --proxy")
+    check_device(args.device)
+    overrides = parse_set(args.overrides)
+    if args.proxy:
+        cfg = load_table3_config(args.config or "proxy", quick=args.quick, overrides=overrides)
+        default_out = RESULTS / ("table3_quick" if args.quick else "table3")
+        title = ("CPU-scale analogue (SmallCNN, MNIST subset 0-4 vs 5-9)" + (" [quick]" if args.quick else "")
+                 + (f", {cfg['label']}" if cfg.get("label") else "") + "\nnot the paper's experiment")
+    else:
+        cfg = load_table3_config(args.config or f"{args.arch}_{args.harmful}", overrides=overrides)
+        default_out = RESULTS / "table3" / cfg["name"]
+        title = f"{cfg['timm_name']}, ImageNet-1k vs {args.harmful}"
+    out = check_out(Path(args.out) if args.out else default_out)
+    seeds = list(unique(args.seeds or cfg["seeds"], "--seeds"))
+    methods = list(unique(args.methods or cfg["methods"], "--methods"))
+    return Call(args, cfg, out, seeds, methods, title)
+
+
+@command("kappalab reproduce table3")
+def main(argv: list[str]) -> int:
+    """Command-line entry point (see the module docstring)."""
+    call = prepare(argv)
+    from kappalab.reproduce.table3 import run
+
+    return run(call)

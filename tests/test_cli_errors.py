@@ -1,0 +1,145 @@
+"""The command line as a user meets it, each case in a fresh process: every ``--help`` exits 0 at once; every
+user error exits 2 with ONE line on stderr naming the argument, and no traceback; Ctrl-C during a sweep stops all
+workers and says in one line how to resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+                OMP_NUM_THREADS="1")
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "kappalab.cli", *args], cwd=cwd, env=_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _run_all(cases: dict[str, list[str]], cwd: Path, parallel: int = 4) -> dict[str, tuple[int, str, str]]:
+    """Run the cases in fresh processes, ``parallel`` at a time: name -> (exit code, stdout, stderr)."""
+    out, names = {}, list(cases)
+    for i in range(0, len(names), parallel):
+        procs = {n: _start(cases[n], cwd) for n in names[i:i + parallel]}
+        for n, p in procs.items():
+            stdout, stderr = p.communicate(timeout=300)
+            out[n] = (p.returncode, stdout, stderr)
+    return out
+
+
+HELP = {
+    "top": ["--help"], "verify": ["verify", "--help"], "reproduce": ["reproduce", "--help"],
+    "table1": ["reproduce", "table1", "--help"], "table2": ["reproduce", "table2", "--help"],
+    "table3": ["reproduce", "table3", "--help"], "main": ["main", "--help"], "main-h": ["main", "-h"],
+}
+
+
+def test_every_help_exits_0_and_starts_no_work(tmp_path: Path) -> None:
+    for name, (code, stdout, stderr) in _run_all(HELP, tmp_path).items():
+        assert code == 0 and "usage" in stdout.lower() and "Traceback" not in stderr, (name, stdout, stderr)
+    assert list(tmp_path.iterdir()) == []  # nothing written: no results/, no store
+
+
+def _error_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """name -> (argv, a text the one stderr line must contain)."""
+    afile = tmp / "a_file"
+    afile.write_text("x")
+    bad_csv = tmp / "train.csv"
+    bad_csv.write_text("not,a,house,prices\nfile,,,\n")
+    idx = tmp / "idx"
+    idx.mkdir()
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+        (idx / name).write_bytes(b"garbage")
+    (tmp / "bad.json").write_text("{not json")
+    t1, t2, t3 = ["reproduce", "table1", "--quick"], ["reproduce", "table2", "--quick"], \
+        ["reproduce", "table3", "--proxy", "--quick"]
+    return {
+        "t2 seeds -1": (t2 + ["--seeds", "-1"], "--seeds"),
+        "t3 seeds -1": (t3 + ["--seeds", "-1"], "--seeds"),
+        "t1 seeds 0 0": (t1 + ["--seeds", "0", "0"], "--seeds"),
+        "t2 seeds 0,0": (t2 + ["--seeds", "0,0"], "--seeds"),
+        "t1 workers 0": (t1 + ["--workers", "0"], "--workers"),
+        "t2 workers 0": (t2 + ["--workers", "0"], "--workers"),
+        "t1 threads 0": (t1 + ["--threads", "0"], "--threads"),
+        "t1 epochs 0": (t1 + ["--epochs", "0"], "--epochs"),
+        "t1 device": (t1 + ["--device", "cuda:99"], "--device"),
+        "t2 device": (t2 + ["--device", "cuda:99"], "--device"),
+        "t3 device": (t3 + ["--device", "cuda:99"], "--device"),
+        "t1 out under file": (t1 + ["--out", str(afile / "out")], "--out"),
+        "t3 out under file": (t3 + ["--out", str(afile / "out")], "--out"),
+        "verify out under file": (["verify", "--out-dir", str(afile / "v")], "--out-dir"),
+        "t1 corrupt csv": (t1 + ["--data-csv", str(bad_csv), "--out", str(tmp / "o1")], "--data-csv"),
+        "t2 corrupt idx": (t2 + ["--data", "mnist", "--data-dir", str(idx), "--out", str(tmp / "o2")],
+                           "--data-dir"),
+        "t2 pairs": (t2 + ["--pairs", "3-3"], "--pairs"),
+        "t2 report without store": (t2 + ["--report-only", "--out", str(tmp / "none")], "--report-only"),
+        "t1 set unknown": (t1 + ["--set", "lamda_H=1"], "lamda_H"),
+        "t1 set extra unknown": (t1 + ["--set", "extra.shfit=1"], "extra.shfit"),
+        "t1 set bad value": (t1 + ["--set", "epochs=0"], "epochs"),
+        "t3 set unknown": (t3 + ["--set", "nope=1"], "nope"),
+        "t1 config missing": (t1 + ["--config", str(tmp / "missing.json")], "--config"),
+        "t1 probe target": (t1 + ["--probe-target", "2"], "--probe-target"),
+        "t3 quick without proxy": (["reproduce", "table3", "--quick", "--arch", "vit", "--harmful", "cars"],
+                                   "--quick"),
+        "t3 neither mode": (["reproduce", "table3"], "--proxy"),
+        "t3 paper inputs missing": (["reproduce", "table3", "--arch", "resnet18", "--harmful", "cars", "--out",
+                                     str(tmp / "o3")], "--"),
+        "reproduce unknown": (["reproduce", "table4"], "NAME"),
+        "unknown command": (["nope"], "nope"),
+        "main with args": (["main", "--quick"], "--quick"),
+        "verify profile": (["verify", "--profile", "x"], "--profile"),
+    }
+
+
+def test_every_user_error_is_one_line_and_status_2(tmp_path: Path) -> None:
+    cases = _error_cases(tmp_path)
+    results = _run_all({n: argv for n, (argv, _) in cases.items()}, tmp_path)
+    for name, (code, stdout, stderr) in results.items():
+        lines = stderr.strip().splitlines()
+        assert code == 2, (name, code, stderr[-2000:])
+        assert len(lines) == 1 and "Traceback" not in stderr, (name, stderr[-2000:])
+        assert cases[name][1] in lines[0], (name, lines[0])
+    assert not (tmp_path / "results").exists()  # no error case wrote results
+
+
+def test_two_runs_on_one_store_are_refused(tmp_path: Path) -> None:
+    from kappalab.results import RunStore
+
+    out = tmp_path / "out"
+    with RunStore(out / "runs_paper.jsonl").lock():  # another run holds the store
+        code, _, stderr = _run_all({"second": ["reproduce", "table1", "--quick", "--out", str(out)]},
+                                   tmp_path)["second"]
+    assert code == 2 and len(stderr.strip().splitlines()) == 1 and "in use by another run" in stderr, stderr
+
+
+def test_ctrl_c_stops_every_worker_and_says_how_to_resume(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "kappalab.cli", "reproduce", "table1", "--quick", "--out",
+                             str(out), "--workers", "2", "--epochs", "200"], cwd=tmp_path, env=_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (out / "runs_paper.jsonl.lock").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3.0)  # the pool is up and training
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert "run the same command again to resume" in last and "runs are stored" in last, stderr
+    assert all(line.startswith("table1/paper: ") for line in stderr.strip().splitlines()[:-1]), stderr
+    time.sleep(1.0)
+    with pytest.raises(ProcessLookupError):  # no worker is left behind in the group
+        os.killpg(proc.pid, 0)

@@ -181,8 +181,11 @@ def _extractor_grads(p: Params, batch: Batch, feature_grads: dict[str, list[torc
 
 
 def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu",
-             progress: bool = False) -> ImmunizationRun:
-    """Run one method (``cfg.method``) under one protocol (``cfg.protocol``) and return the immunized extractor."""
+             progress: bool = False, observer: Callable[[int, Params], None] | None = None) -> ImmunizationRun:
+    """Run one method (``cfg.method``) under one protocol (``cfg.protocol``) and return the immunized extractor.
+
+    ``observer(step, params)``, when given, is called before the first step (step 0) and after every optimizer
+    step (step = steps taken so far) with the live parameters (read them detached, never modify them)."""
     if not isinstance(task, LinearTask):
         raise ValueError(f"task must be a LinearTask, got {type(task).__name__}")
     if not isinstance(cfg, MethodConfig):
@@ -206,6 +209,8 @@ def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu"
     term_log: dict[str, list[torch.Tensor]] = {}
     n_steps = degenerate = 0
     start = time.perf_counter()
+    if observer is not None:
+        observer(0, p)
     for epoch in tqdm(range(1, cfg.epochs + 1), desc=f"{cfg.protocol}/{cfg.method}/seed{seed}",
                       disable=not progress, leave=False):
         for batch in proto.batches(gen):
@@ -217,6 +222,8 @@ def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu"
                 param.grad = grads.get(id(param))
             opt.step()
             n_steps += 1
+            if observer is not None:
+                observer(n_steps, p)
         for term in terms:
             term_log.setdefault(term.name, []).append(term.value.detach())
         if epoch % monitor_every == 0 or epoch == cfg.epochs:

@@ -38,19 +38,22 @@ class Rule:
     stopping: str = "max_rir"
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.max_term_ii) and self.max_term_ii > 0):
-            raise ValueError(f"max_term_ii must be a finite number > 0, got {self.max_term_ii!r}")
-        if not (math.isfinite(self.loss_slack) and self.loss_slack >= 0):
-            raise ValueError(f"loss_slack must be a finite number >= 0, got {self.loss_slack!r}")
+        if not self.max_term_ii > 0:  # inf: no constraint on (ii)
+            raise ValueError(f"max_term_ii must be a number > 0 (inf: no constraint), got {self.max_term_ii!r}")
+        if not self.loss_slack >= 0:  # inf: no task-quality constraint
+            raise ValueError(f"loss_slack must be a number >= 0 (inf: no constraint), got {self.loss_slack!r}")
         if self.stopping not in STOPPING:
             raise ValueError(f"stopping must be one of {STOPPING}, got {self.stopping!r}")
 
     def describe(self) -> str:
         """The rule in one sentence."""
         pick = "the largest RIR (earliest on ties)" if self.stopping == "max_rir" else "the earliest"
-        return (f"per seed, among epochs >= 1 with (ii) <= {self.max_term_ii:g} and D_P loss <= "
-                f"{1 + self.loss_slack:g} x the least-squares D_P loss at theta = I, {pick}; per method, the "
-                "learning rate with the largest mean selected RIR among those where every seed has such an epoch")
+        conditions = ([] if math.isinf(self.max_term_ii) else [f"(ii) <= {self.max_term_ii:g}"]) + \
+            ([] if math.isinf(self.loss_slack) else
+             [f"D_P loss <= {1 + self.loss_slack:g} x the least-squares D_P loss at theta = I"])
+        return (f"per seed, among epochs >= 1{' with ' + ' and '.join(conditions) if conditions else ''}, {pick}; "
+                "per method, the learning rate with the largest mean selected RIR among those where every seed has "
+                "such an epoch")
 
     def admissible(self, traj: Mapping[str, np.ndarray], view: str) -> np.ndarray:
         """Boolean mask over the trajectory's epochs (epoch 0, the initialization, is never admissible)."""

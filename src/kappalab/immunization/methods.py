@@ -98,19 +98,12 @@ def _opt_kappa_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) ->
         loss = proto.supervised_loss(proto.batch_features(p, b, "P"), p.w_P, b.y_P)
         terms.append(Term("loss_P", loss, p.extractor() + [p.w_P]))
     kP, kH = proto.kappa(proto.gram(p, b, "P")), proto.kappa(proto.gram(p, b, "H"))
+    if cfg.method == "opt_kappa_log":
+        value = 1.0 / torch.log(kH) + float(cfg.get("kappa_weight_P", 1.0)) * torch.log(kP)
+        terms.append(Term("1/log kappa_H + w log kappa_P", value, p.extractor()))
+        return terms
     value = float(cfg.get("kappa_weight_P", 1.0)) * kP - float(cfg.get("kappa_weight_H", 1.0)) * kH
     terms.append(Term("kappa_P-kappa_H", value, p.extractor()))
-    return terms
-
-
-def _opt_kappa_log_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list[Term]:
-    terms = []
-    if cfg.get("supervised_loss", True):
-        loss = proto.supervised_loss(proto.batch_features(p, b, "P"), p.w_P, b.y_P)
-        terms.append(Term("loss_P", loss, p.extractor() + [p.w_P]))
-    kP, kH = proto.kappa(proto.gram(p, b, "P")), proto.kappa(proto.gram(p, b, "H"))
-    value = 1.0 / torch.log(kH) + float(cfg.get("kappa_weight_P", 1.0)) * torch.log(kP)
-    terms.append(Term("1/log kappa_H + w log kappa_P", value, p.extractor()))
     return terms
 
 
@@ -127,7 +120,7 @@ def _imma_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list
 
 TERMS: dict[str, Callable[[Protocol, Params, Batch, MethodConfig], list[Term]]] = {
     "ours": _eq11_terms, "rill_only": _eq11_terms, "opt_kappa": _opt_kappa_terms, "imma": _imma_terms,
-    "opt_kappa_log": _opt_kappa_log_terms,
+    "opt_kappa_log": _opt_kappa_terms,
 }
 
 

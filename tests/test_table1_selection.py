@@ -223,7 +223,7 @@ def test_opt_kappa_log_objective_against_numpy(task):
     cfg = load_config("table1_paper_opt_kappa_log")
     proto = make_protocol(task, cfg, "cpu")
     p = proto.init_params(0, with_w_H=False)
-    terms = {t.name: float(t.value) for t in TERMS["opt_kappa_log"](proto, p, proto._full.for_step(), cfg)}
+    terms = {t.name: float(t.value.detach()) for t in TERMS["opt_kappa_log"](proto, p, proto._full.for_step(), cfg)}
     theta = p.theta.detach().numpy()
 
     def kappa(X):

@@ -363,13 +363,14 @@ def main(argv: list[str]) -> int:
             np.save(data_dir / f"{name}.npy", arr)
         data_record = {**data, "rows": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}}
         run_configs = {}
+        call_options = {"device": args.device, "dtype": "float64", "probe_iters": args.probe_iters,
+                        "probe_target": args.probe_target, **({"trajectory": True} if args.trajectory else {})}
         jobs = []
         for lr in args.lrs or (None,):
             for method in args.methods:
                 cfg = configs[method] if lr is None else configs[method].replace(eta=lr)
                 for s in args.seeds:
-                    options = {"seed": s, "device": args.device, "dtype": "float64", "probe_iters": args.probe_iters,
-                               "probe_target": args.probe_target, **({"trajectory": True} if args.trajectory else {})}
+                    options = {"seed": s, **call_options}
                     ident = identity(cfg.resolved(), data, options)
                     key = run_key(f"{args.protocol}.{method}.s{s}.e{cfg.epochs}" + (f".lr{lr:g}" if lr else ""),
                                   ident)
@@ -406,7 +407,14 @@ def main(argv: list[str]) -> int:
                 "data_label": task.data_label, "data": data_record, "overrides": overrides,
                 "mean_std": MEAN_STD_CONVENTION, "runs_done_this_call": done.completed,
                 "command": ["kappalab", "reproduce", "table1", *argv]}
-        groups = {None: records} if args.lrs is None else {lr: [r for r in records if r["eta"] == lr]
+        # with --lrs, each lr's report and the selection cover every run of this store made with the same protocol,
+        # data, options and epochs (earlier calls into the same --out included), not only this call's
+        same = lambda rec: (rec["result"]["protocol"] == args.protocol and rec["identity"]["data"] == data
+                            and {k: v for k, v in rec["identity"]["options"].items() if k != "seed"} == call_options
+                            and rec["result"]["epochs"] in {c.epochs for c in configs.values()})
+        pool = [{"key": rec["key"], **rec["result"], "identity": rec["identity"], "provenance": rec.get("provenance")}
+                for rec in store.records() if same(rec)]
+        groups = {None: records} if args.lrs is None else {lr: [r for r in pool if r.get("eta") == lr]
                                                             for lr in args.lrs}
         for lr, rs in groups.items():
             suffix = f"_lr{lr:g}" if lr is not None else ""
@@ -419,9 +427,7 @@ def main(argv: list[str]) -> int:
         if args.trajectory:
             from kappalab.reproduce.table1_selection import write_selection
 
-            grid = [{"key": rec["key"], **rec["result"]} for rec in store.records()
-                    if rec["result"].get("files", {}).get("trajectory") and rec["result"]["protocol"] == args.protocol
-                    and rec["identity"]["data"] == data]
+            grid = [r for r in pool if r["files"].get("trajectory")]
             write_selection(out, grid, args.selection, args.protocol, data_record)
     print(f"[table1] wrote {out}/{stem}.json, .md, .csv, figure1_{args.protocol}.png/pdf "
           f"({time.perf_counter() - start:.1f} s)")

@@ -59,8 +59,22 @@ def _summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, float]
     return {m: mean_std([row[m] for row in rows]) for m in REPORTED + ("epoch",)}
 
 
+def complete_cells(runs: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The runs of the (method, lr) cells that hold every seed the method has anywhere (a grid still running leaves
+    partial cells: a mean over fewer seeds must not compete with full ones), and the partial cells' names."""
+    seeds: dict[str, set[int]] = {}
+    cells: dict[tuple[str, float], set[int]] = {}
+    for r in runs:
+        seeds.setdefault(r["method"], set()).add(r["seed"])
+        cells.setdefault((r["method"], r["eta"]), set()).add(r["seed"])
+    partial = {cell for cell, s in cells.items() if s != seeds[cell[0]]}
+    return ([dict(r) for r in runs if (r["method"], r["eta"]) not in partial],
+            [f"{m} lr {lr:g}: seeds {sorted(cells[(m, lr)])} of {sorted(seeds[m])}" for m, lr in sorted(partial)])
+
+
 def selection_records(runs: Sequence[Mapping[str, Any]], data: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every selected and fixed-epoch row (see the module docstring)."""
+    """Every selected and fixed-epoch row (see the module docstring), over the complete cells only."""
+    runs, _ = complete_cells(runs)
     methods = list(dict.fromkeys(r["method"] for r in runs))
     keys = lambda rs: {f"{r['eta']:g}/s{r['seed']}": r["key"] for r in rs}
     out = []
@@ -189,7 +203,11 @@ def write_selection(out: Path, records: Sequence[Mapping[str, Any]], variant: st
     rows = selection_records(runs, data)
     if variant in VARIANTS:
         rows.sort(key=lambda r: r["selection"] != variant)
-    write_report(out, "selection", to_jsonable({"protocol": protocol, "data": dict(data), "records": rows}),
-                 markdown(rows, PAPER_TABLE1, LABELS, HINTS))
+    partial = complete_cells(runs)[1]
+    md = markdown(rows, PAPER_TABLE1, LABELS, HINTS)
+    if partial:
+        md += "\nLeft out (incomplete, a grid still running): " + "; ".join(partial) + ".\n"
+    write_report(out, "selection", to_jsonable({"protocol": protocol, "data": dict(data), "records": rows,
+                                                "incomplete_cells": partial}), md)
     for lr in sorted({r["eta"] for r in runs}):
         figure(out, runs, lr, LABELS)

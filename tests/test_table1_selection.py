@@ -37,7 +37,8 @@ def _random_runs(rng: np.random.Generator, n_epochs: int = 7) -> list[dict]:
     return runs
 
 
-def _brute_force(runs: list[dict], rule: Rule, sel: str, rep: str) -> tuple[float | None, list[tuple[int, float]]]:
+def _brute_force(runs: list[dict], rule: Rule, sel: str, rep: str,
+                 reference: float = 1.0) -> tuple[float | None, list[tuple[int, float]]]:
     """The rule read literally, in plain Python loops."""
     best_lr, best_mean, best_rows = None, -math.inf, []
     for lr in sorted({r["eta"] for r in runs}):
@@ -46,7 +47,7 @@ def _brute_force(runs: list[dict], rule: Rule, sel: str, rep: str) -> tuple[floa
             t, chosen = r["traj"], None
             for e in range(1, len(t["epoch"])):
                 if t[f"{sel}.term_ii"][e] <= rule.max_term_ii and \
-                        t[f"{sel}.loss_P"][e] <= (1 + rule.loss_slack) * float(t[f"{sel}.fit_P_identity"]):
+                        t[f"{sel}.loss_P"][e] <= (1 + rule.loss_slack) * reference:
                     if chosen is None or (rule.stopping == "max_rir" and t[f"{sel}.rir"][e] > t[f"{sel}.rir"][chosen]):
                         chosen = e
             if chosen is None:
@@ -66,8 +67,8 @@ def test_selection_equals_the_rule_read_literally(rule):
     for _ in range(100):
         runs = _random_runs(rng)
         for sel, rep in (("full", "full"), ("val", "test")):
-            got = select(runs, rule, sel, rep)
-            lr, rows = _brute_force(runs, rule, sel, rep)
+            got = select(runs, rule, sel, rep, 1.1)
+            lr, rows = _brute_force(runs, rule, sel, rep, 1.1)
             assert got["lr"] == lr
             assert [(x["epoch"], x["rir"]) for x in got["per_seed"]] == rows
 
@@ -176,13 +177,21 @@ def test_committed_selection_recomputes_from_the_trajectories():
                          "traj": {k: z[k] for k in z.files}}
     from kappalab.reproduce.table1_selection import VARIANTS
 
+    folder = GRID / "data" / stored["data"]["sha256"][:12]
+    X_P, y_P = np.load(folder / "features_P.npy"), np.load(folder / "y_P.npy")
+    w = np.linalg.pinv(X_P) @ y_P  # theta = I's head, by another solver than the selection's lstsq
+    views = row_views(LinearTask(X_P, y_P, np.load(folder / "features_H.npy"), np.load(folder / "y_H.npy"), "mse",
+                                 "files", "files"))
     checked = 0
     for r in stored["records"]:
-        if r["selection"] == "none":
+        if r["selection"] not in VARIANTS:
             continue
+        rows_P = views[r["select_on"]]["P"]
+        assert r["reference"] == pytest.approx(np.mean((X_P[rows_P] @ w - y_P[rows_P]) ** 2), rel=1e-9)
         rule = Rule(**r["rule"])
         sel, rep = VARIANTS[r["selection"]]
-        lr, rows = _brute_force([x for x in runs.values() if x["method"] == r["method"]], rule, sel, rep)
+        lr, rows = _brute_force([x for x in runs.values() if x["method"] == r["method"]], rule, sel, rep,
+                                r["reference"])
         assert r["lr"] == lr
         assert [(x["epoch"], x["rir"]) for x in r["per_seed"]] == rows
         checked += 1

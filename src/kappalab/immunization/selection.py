@@ -5,8 +5,9 @@ result ... The number of epochs is based on early stopping using RIR and the tes
 rule. :class:`Rule` makes one exact (all numbers taken from a :mod:`~kappalab.immunization.trajectory` view):
 
 * an epoch ``e >= 1`` of a run is **admissible** when ``term_ii(e) <= max_term_ii`` (the pre-training task is not
-  made harder to probe than at theta = I) and ``loss_P(e) <= (1 + loss_slack) * fit_P_identity`` (the trained
-  head's D_P loss is within ``loss_slack`` of the best linear fit at theta = I: "test accuracy" for a regression);
+  made harder to probe than at theta = I) and ``loss_P(e) <= (1 + loss_slack) * reference`` (the trained head's
+  D_P loss on the view is within ``loss_slack`` of theta = I's: the least-squares head fit on all D_P rows, its
+  loss on the view, :func:`~kappalab.immunization.trajectory.identity_losses`; "test accuracy" for a regression);
 * **stopping** picks, per run, among its admissible epochs: ``"max_rir"`` the one with the largest RIR (ties: the
   earliest), ``"first"`` the earliest (stop as soon as the run is immunized and fits D_P);
 * a **learning rate** is chosen per method: the one whose seeds have the largest mean selected RIR, among the
@@ -50,20 +51,21 @@ class Rule:
         pick = "the largest RIR (earliest on ties)" if self.stopping == "max_rir" else "the earliest"
         conditions = ([] if math.isinf(self.max_term_ii) else [f"(ii) <= {self.max_term_ii:g}"]) + \
             ([] if math.isinf(self.loss_slack) else
-             [f"D_P loss <= {1 + self.loss_slack:g} x the least-squares D_P loss at theta = I"])
+             [f"D_P loss <= {1 + self.loss_slack:g} x theta = I's (least-squares head fit on all D_P rows)"])
         return (f"per seed, among epochs >= 1{' with ' + ' and '.join(conditions) if conditions else ''}, {pick}; "
                 "per method, the learning rate with the largest mean selected RIR among those where every seed has "
                 "such an epoch")
 
-    def admissible(self, traj: Mapping[str, np.ndarray], view: str) -> np.ndarray:
-        """Boolean mask over the trajectory's epochs (epoch 0, the initialization, is never admissible)."""
+    def admissible(self, traj: Mapping[str, np.ndarray], view: str, reference: float) -> np.ndarray:
+        """Boolean mask over the trajectory's epochs (epoch 0, the initialization, is never admissible);
+        ``reference``: theta = I's D_P loss on ``view``."""
         ok = (traj[f"{view}.term_ii"] <= self.max_term_ii) & \
-             (traj[f"{view}.loss_P"] <= (1.0 + self.loss_slack) * float(traj[f"{view}.fit_P_identity"]))
+             (traj[f"{view}.loss_P"] <= (1.0 + self.loss_slack) * reference)
         return ok & (traj["epoch"] >= 1)
 
-    def stop(self, traj: Mapping[str, np.ndarray], view: str) -> int | None:
+    def stop(self, traj: Mapping[str, np.ndarray], view: str, reference: float) -> int | None:
         """Index (into the trajectory) of the selected epoch of one run, or None when no epoch is admissible."""
-        idx = np.flatnonzero(self.admissible(traj, view))
+        idx = np.flatnonzero(self.admissible(traj, view, reference))
         if idx.size == 0:
             return None
         if self.stopping == "first":
@@ -72,8 +74,10 @@ class Rule:
         return int(idx[int(np.argmax(rir))])  # argmax returns the first maximum: the earliest on ties
 
 
-def select(runs: Sequence[Mapping[str, Any]], rule: Rule, select_on: str, report_on: str) -> dict[str, Any]:
-    """Apply ``rule`` to the runs of ONE method (each ``{"eta", "seed", "traj"}``; ``traj`` a trajectory's arrays).
+def select(runs: Sequence[Mapping[str, Any]], rule: Rule, select_on: str, report_on: str,
+           reference: float) -> dict[str, Any]:
+    """Apply ``rule`` to the runs of ONE method (each ``{"eta", "seed", "traj"}``; ``traj`` a trajectory's arrays),
+    ``reference`` = theta = I's D_P loss on ``select_on``.
 
     Returns ``{"lr", "per_seed": [{"seed", "epoch", "selected_rir", <report_on metrics>}], "candidates": {lr: mean
     selected RIR or None}}`` (``lr`` None when no learning rate qualifies)."""
@@ -83,11 +87,11 @@ def select(runs: Sequence[Mapping[str, Any]], rule: Rule, select_on: str, report
     candidates: dict[float, float | None] = {}
     stops: dict[float, list[int | None]] = {}
     for lr, rs in sorted(by_lr.items()):
-        stops[lr] = [rule.stop(r["traj"], select_on) for r in rs]
+        stops[lr] = [rule.stop(r["traj"], select_on, reference) for r in rs]
         candidates[lr] = None if any(i is None for i in stops[lr]) else float(
             np.mean([r["traj"][f"{select_on}.rir"][i] for r, i in zip(rs, stops[lr])]))
     ok = {lr: v for lr, v in candidates.items() if v is not None}
-    out: dict[str, Any] = {"rule": asdict(rule), "select_on": select_on, "report_on": report_on,
+    out: dict[str, Any] = {"rule": asdict(rule), "select_on": select_on, "report_on": report_on, "reference": reference,
                            "candidates": candidates, "lr": None, "per_seed": []}
     if not ok:
         return out

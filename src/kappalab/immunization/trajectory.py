@@ -97,6 +97,14 @@ def epoch_metrics(theta_aug: np.ndarray, w_P: np.ndarray, v: ViewData) -> dict[s
     return {"term_i": t.term_i, "term_ii": t.term_ii, "rir": t.rir, "loss_P": loss, "fit_P": fit}
 
 
+def identity_losses(task: LinearTask) -> dict[str, float]:
+    """theta = I's D_P loss on each view: the least-squares head fit on ALL D_P rows (the training data), its mean
+    squared error on the view's rows (on ``full``: the best fit; on ``val``/``test``: that head's error there)."""
+    w = np.linalg.lstsq(task.X_P, task.y_P, rcond=None)[0]
+    return {name: float(np.mean((task.X_P[rows["P"]] @ w - task.y_P[rows["P"]]) ** 2))
+            for name, rows in row_views(task).items()}
+
+
 @dataclass
 class TrajectoryRecorder:
     """``observer(step, params)`` recording :data:`METRICS` per view at epochs 0, 1, ..., E."""

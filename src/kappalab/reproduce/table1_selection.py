@@ -24,6 +24,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from kappalab.immunization.selection import REPORTED, Rule, at_epoch, select
+from kappalab.immunization.task import LinearTask
+from kappalab.immunization.trajectory import identity_losses
+from kappalab.reproduce.identity import sha256_arrays
 from kappalab.results import MEAN_STD_CONVENTION, format_mean_std, mean_std, to_jsonable, write_report
 
 #: variant -> (view selected on, view reported on)
@@ -72,8 +75,20 @@ def complete_cells(runs: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, An
             [f"{m} lr {lr:g}: seeds {sorted(cells[(m, lr)])} of {sorted(seeds[m])}" for m, lr in sorted(partial)])
 
 
-def selection_records(runs: Sequence[Mapping[str, Any]], data: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every selected and fixed-epoch row (see the module docstring), over the complete cells only."""
+def stored_task(out: Path, data: Mapping[str, Any]) -> LinearTask:
+    """The task as stored under ``OUT/data/<sha256[:12]>/`` (its sha256 checked against ``data``)."""
+    folder = out / "data" / data["sha256"][:12]
+    X_P, y_P, X_H, y_H = (np.load(folder / f"{n}.npy") for n in ("features_P", "y_P", "features_H", "y_H"))
+    found = sha256_arrays({"X_P": X_P, "y_P": y_P, "X_H": X_H, "y_H": y_H})
+    if found != data["sha256"]:
+        raise ValueError(f"{folder}: the stored arrays hash to {found[:12]}, not the runs' {data['sha256'][:12]}")
+    return LinearTask(X_P, y_P, X_H, y_H, "mse", data["name"], f"stored in {folder.name}")
+
+
+def selection_records(runs: Sequence[Mapping[str, Any]], data: Mapping[str, Any],
+                      reference: Mapping[str, float]) -> list[dict[str, Any]]:
+    """Every selected and fixed-epoch row (see the module docstring), over the complete cells only; ``reference``:
+    theta = I's D_P loss per view (:func:`~kappalab.immunization.trajectory.identity_losses`)."""
     runs, _ = complete_cells(runs)
     methods = list(dict.fromkeys(r["method"] for r in runs))
     keys = lambda rs: {f"{r['eta']:g}/s{r['seed']}": r["key"] for r in rs}
@@ -82,7 +97,7 @@ def selection_records(runs: Sequence[Mapping[str, Any]], data: Mapping[str, Any]
         for rule in RULES:
             for method in methods:
                 rs = [r for r in runs if r["method"] == method]
-                s = select(rs, rule, select_on, report_on)
+                s = select(rs, rule, select_on, report_on, reference[select_on])
                 out.append({"selection": variant, "data": dict(data), "method": method, "rule_text": rule.describe(),
                             **s, "summary": _summary(s["per_seed"]) if s["per_seed"] else None,
                             "run_keys": keys([r for r in rs if r["eta"] == s["lr"]])})
@@ -200,7 +215,7 @@ def write_selection(out: Path, records: Sequence[Mapping[str, Any]], variant: st
     from .table1 import HINTS, LABELS, PAPER_TABLE1
 
     runs = load_runs(out, records)
-    rows = selection_records(runs, data)
+    rows = selection_records(runs, data, identity_losses(stored_task(out, data)))
     if variant in VARIANTS:
         rows.sort(key=lambda r: r["selection"] != variant)
     partial = complete_cells(runs)[1]

@@ -63,16 +63,16 @@ def _summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, float]
 
 
 def complete_cells(runs: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The runs of the (method, lr) cells that hold every seed the method has anywhere (a grid still running leaves
-    partial cells: a mean over fewer seeds must not compete with full ones), and the partial cells' names."""
-    seeds: dict[str, set[int]] = {}
+    """The runs of the (method, lr) cells that hold every seed of the store (a grid still running leaves partial
+    cells: a mean over fewer seeds must not compete with, or be shown as, a full one), and the partial cells'
+    names."""
+    seeds = {r["seed"] for r in runs}
     cells: dict[tuple[str, float], set[int]] = {}
     for r in runs:
-        seeds.setdefault(r["method"], set()).add(r["seed"])
         cells.setdefault((r["method"], r["eta"]), set()).add(r["seed"])
-    partial = {cell for cell, s in cells.items() if s != seeds[cell[0]]}
+    partial = {cell for cell, s in cells.items() if s != seeds}
     return ([dict(r) for r in runs if (r["method"], r["eta"]) not in partial],
-            [f"{m} lr {lr:g}: seeds {sorted(cells[(m, lr)])} of {sorted(seeds[m])}" for m, lr in sorted(partial)])
+            [f"{m} lr {lr:g}: seeds {sorted(cells[(m, lr)])} of {sorted(seeds)}" for m, lr in sorted(partial)])
 
 
 def stored_task(out: Path, data: Mapping[str, Any]) -> LinearTask:

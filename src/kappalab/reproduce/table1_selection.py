@@ -87,16 +87,17 @@ def stored_task(out: Path, data: Mapping[str, Any]) -> LinearTask:
 
 def selection_records(runs: Sequence[Mapping[str, Any]], data: Mapping[str, Any],
                       reference: Mapping[str, float]) -> list[dict[str, Any]]:
-    """Every selected and fixed-epoch row (see the module docstring), over the complete cells only; ``reference``:
-    theta = I's D_P loss per view (:func:`~kappalab.immunization.trajectory.identity_losses`)."""
-    runs, _ = complete_cells(runs)
+    """Every selected row (over the complete cells only) and every fixed-epoch row (each cell, with its seeds); see
+    the module docstring. ``reference``: theta = I's D_P loss per view
+    (:func:`~kappalab.immunization.trajectory.identity_losses`)."""
+    complete, _ = complete_cells(runs)
     methods = list(dict.fromkeys(r["method"] for r in runs))
     keys = lambda rs: {f"{r['eta']:g}/s{r['seed']}": r["key"] for r in rs}
     out = []
     for variant, (select_on, report_on) in VARIANTS.items():
         for rule in RULES:
             for method in methods:
-                rs = [r for r in runs if r["method"] == method]
+                rs = [r for r in complete if r["method"] == method]
                 s = select(rs, rule, select_on, report_on, reference[select_on])
                 out.append({"selection": variant, "data": dict(data), "method": method, "rule_text": rule.describe(),
                             **s, "summary": _summary(s["per_seed"]) if s["per_seed"] else None,
@@ -155,11 +156,13 @@ def markdown(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Mapping[s
                              f"{_pm(s['term_ii'])} | {_pm(s['rir'])} | {_pm(s['loss_P'])} | {_pm(p['rir'])} |")
             lines.append("")
     lines += ["## No selection: fixed epochs (all rows)", "",
-              "| Method | lr | epoch | (i) | (ii) | RIR | D_P loss | paper RIR |", "|---|---|---|---|---|---|---|---|"]
+              "| Method | lr | epoch | seeds | (i) | (ii) | RIR | D_P loss | paper RIR |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         if r["selection"] == "none":
             s, p = r["summary"], paper[hints.get(r["method"], r["method"])]
-            lines.append(f"| {labels[r['method']]} | {r['lr']:g} | {r['epoch']} | {_pm(s['term_i'])} | "
+            seeds = ", ".join(str(x["seed"]) for x in r["per_seed"])
+            lines.append(f"| {labels[r['method']]} | {r['lr']:g} | {r['epoch']} | {seeds} | {_pm(s['term_i'])} | "
                          f"{_pm(s['term_ii'])} | {_pm(s['rir'])} | {_pm(s['loss_P'])} | {_pm(p['rir'])} |")
     lines += ["", f"## The first epoch at which RIR (all rows) reaches the paper's {PAPER_OURS_RIR} (an oracle, "
               "not a rule)", "", "| Method | lr | runs reaching it | epochs (per seed) | (i) | (ii) | RIR | D_P loss |",
@@ -221,7 +224,7 @@ def write_selection(out: Path, records: Sequence[Mapping[str, Any]], variant: st
     partial = complete_cells(runs)[1]
     md = markdown(rows, PAPER_TABLE1, LABELS, HINTS)
     if partial:
-        md += "\nLeft out (incomplete, a grid still running): " + "; ".join(partial) + ".\n"
+        md += "\nLeft out of the selection (cells without every seed of the store): " + "; ".join(partial) + ".\n"
     write_report(out, "selection", to_jsonable({"protocol": protocol, "data": dict(data), "records": rows,
                                                 "incomplete_cells": partial}), md)
     for lr in sorted({r["eta"] for r in runs}):

@@ -18,6 +18,7 @@ of overrides) and ``--set KEY=VALUE`` change values for every method, ``--set ou
 
 from __future__ import annotations
 
+import argparse
 import functools
 import math
 import os
@@ -40,12 +41,29 @@ PAPER_TABLE1: dict[str, dict[str, tuple[float, float]]] = {
     "ours": {"term_i": (18.92, 2.056), "term_ii": (0.053, 0.002), "rir": (356.20, 5.491)},
 }
 LABELS = {"ours": "Ours", "rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa": "Opt kappa",
-          "identity": "Identity"}
+          "identity": "Identity", "opt_kappa_log": "Opt kappa (authors' kappa_loss)",
+          "imma_bilevel30": "IMMA (30 inner steps, lr 1e-4)"}
 ORDER = ("rill_only", "imma", "opt_kappa", "ours")
+#: baselines built from the authors' unused helpers (configs ``table1_<protocol>_<name>.json``) -> the paper row
+#: they stand for
+HINTS = {"opt_kappa_log": "opt_kappa", "imma_bilevel30": "imma"}
+ALL = ORDER + tuple(HINTS)
+SELECTIONS = ("none", "paper", "validation")
 QUICK_EPOCHS = {"paper": 3, "official": 2}
 QUICK_PROBE_ITERS = 50
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 METRICS = ("term_i", "term_ii", "rir")
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
 
 
 def build_parser() -> Parser:
@@ -53,7 +71,17 @@ def build_parser() -> Parser:
     ap.add_argument("--protocol", choices=("paper", "official"), default="paper")
     ap.add_argument("--seeds", type=seed, nargs="+", default=None, help="default 0 1 2 3 4 (--quick: 0)")
     ap.add_argument("--epochs", type=positive_int, default=None, help="override the config's epochs")
-    ap.add_argument("--methods", nargs="+", choices=ORDER, default=list(ORDER))
+    ap.add_argument("--methods", nargs="+", choices=ALL, default=list(ORDER),
+                    help="default: the four of Table 1; " + ", ".join(HINTS) + ": the hint baselines")
+    ap.add_argument("--lrs", type=positive_float, nargs="+", default=None,
+                    help="Adam learning rates, one run per lr x method x seed (default: the config's eta; "
+                         "App. C.2's grid: 0.0005 0.001 0.005 0.01)")
+    ap.add_argument("--trajectory", action="store_true",
+                    help="record (i), (ii), RIR, loss_P, fit_P per epoch (kappalab.immunization.trajectory)")
+    ap.add_argument("--selection", choices=SELECTIONS, default="none",
+                    help="App. C.2's lr x epoch selection over the trajectories (implies --trajectory): 'paper' "
+                         "selects and reports on all rows, 'validation' selects on a validation half and reports "
+                         "on the held-out half (kappalab.immunization.selection); both write every variant")
     ap.add_argument("--out", type=Path, default=RESULTS / "table1", help="output folder (default results/table1)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: few epochs, seed 0, short probing")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
@@ -76,6 +104,11 @@ def parse_args(argv: Sequence[str]):
     if not (math.isfinite(args.probe_target) and 0 < args.probe_target < 1):
         raise UsageError(f"--probe-target: must be in (0, 1), got {args.probe_target}")
     check_device(args.device)
+    args.lrs = unique(args.lrs, "--lrs") if args.lrs is not None else None
+    args.trajectory = args.trajectory or args.selection != "none"
+    if args.trajectory and args.protocol != "paper":
+        raise UsageError("--trajectory/--selection: implemented for --protocol paper (full batch, one step per "
+                         "epoch) only")
     return args
 
 
@@ -83,7 +116,8 @@ def method_overrides(overrides: dict[str, Any], method: str) -> dict[str, Any]:
     """The overrides that apply to ``method``: unscoped keys, and ``<method>.<key>`` with the prefix removed."""
     from kappalab.immunization import METHODS
 
-    out = {k: v for k, v in overrides.items() if k.split(".")[0] not in METHODS}
+    scopes = set(METHODS) | set(ALL)
+    out = {k: v for k, v in overrides.items() if k.split(".")[0] not in scopes}
     out.update({k.split(".", 1)[1]: v for k, v in overrides.items() if k.split(".")[0] == method})
     return out
 
@@ -117,15 +151,28 @@ def probe(theta: np.ndarray, bias: np.ndarray | None, task, iters: int, target: 
     return out
 
 
-def run_one(params: dict[str, Any]) -> dict[str, Any]:
-    """Sweep worker: train, evaluate, save theta_I / bias / probe curves under ``OUT/runs/<key>/``."""
-    from kappalab.immunization import evaluate, immunize, table1_config
+def config_of(protocol: str, name: str, overrides: dict[str, Any]):
+    """The config of a Table 1 row: ``table1_<protocol>_<name>.json`` (a method of :data:`ORDER` or a hint
+    baseline of :data:`HINTS`) with ``overrides``."""
+    from kappalab.immunization import load_config
 
-    cfg = table1_config(params["protocol"], params["method"], params["overrides"])
+    return load_config(f"table1_{protocol}_{name}", overrides)
+
+
+def run_one(params: dict[str, Any]) -> dict[str, Any]:
+    """Sweep worker: train, evaluate, save theta_I / bias / probe curves (and the trajectory) under
+    ``OUT/runs/<key>/``."""
+    from kappalab.immunization import evaluate, immunize
+    from kappalab.immunization.trajectory import TrajectoryRecorder
+
+    cfg = config_of(params["protocol"], params["method"], params["overrides"])
     task = task_of(params["protocol"], params["data_csv"], int(cfg.get("n_rows")))
-    run = immunize(task, cfg, params["seed"], device=params["device"], progress=False)
+    recorder = TrajectoryRecorder(task) if params.get("trajectory") else None
+    run = immunize(task, cfg, params["seed"], device=params["device"], progress=False, observer=recorder)
     folder = Path(params["out"]) / "runs" / params["key"]
     folder.mkdir(parents=True, exist_ok=True)
+    if recorder is not None:
+        np.savez_compressed(folder / "trajectory.npz", **recorder.arrays())
     np.save(folder / "theta.npy", run.theta_I)
     if run.bias is not None:
         np.save(folder / "bias.npy", run.bias)
@@ -133,12 +180,14 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
     for which in ("P", "H"):
         np.save(folder / f"probe_{which}.npy", pr[which].pop("curve"))
     return {
-        "protocol": cfg.protocol, "method": cfg.method, "seed": params["seed"], "epochs": cfg.epochs,
+        "protocol": cfg.protocol, "method": params["method"], "seed": params["seed"], "epochs": cfg.epochs,
+        "eta": cfg.eta, "data": params["data"], "selection": "none",
         "evaluation": evaluate(run, task, shift=float(cfg.get("shift"))),
         "probing": pr, "wall_time_s": run.wall_time_s, "n_steps": run.n_steps,
         "degenerate_count": run.degenerate_count,
         "history": {k: [v[0], v[-1]] for k, v in run.history.items()},
         "files": {"theta_I": f"runs/{params['key']}/theta.npy",
+                  "trajectory": f"runs/{params['key']}/trajectory.npz" if recorder is not None else None,
                   "bias": f"runs/{params['key']}/bias.npy" if run.bias is not None else None,
                   "probe": {w: f"runs/{params['key']}/probe_{w}.npy" for w in ("P", "H")}},
         "config_files": list(cfg.source),
@@ -150,7 +199,7 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Per method, over seeds, every reported number (:data:`~kappalab.results.MEAN_STD_CONVENTION`)."""
     summary: dict[str, Any] = {}
-    for method in ORDER:
+    for method in ALL:
         rs = [r for r in records if r["method"] == method]
         if not rs:
             continue
@@ -190,7 +239,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                   "| Method | (i) ↑ | (ii) ↓ | RIR ↑ | paper (i) | paper (ii) | paper RIR |",
                   "|---|---|---|---|---|---|---|"]
         for m, s in summary.items():
-            p = PAPER_TABLE1[m]
+            p = PAPER_TABLE1[HINTS.get(m, m)]
             lines.append(f"| {LABELS[m]} | " + " | ".join(_pm(s[d][k]) for k in METRICS) + " | "
                          + " | ".join(_pm(p[k]) for k in METRICS) + " |")
         lines.append("")
@@ -221,7 +270,8 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
 def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (method, kappa definition, metric): mean, std, paper mean, paper std."""
     return [{"method": m, "kappa_definition": d, "metric": k, "mean": s[d][k][0], "std": s[d][k][1],
-             "n_seeds": s["n_seeds"], "paper_mean": PAPER_TABLE1[m][k][0], "paper_std": PAPER_TABLE1[m][k][1]}
+             "n_seeds": s["n_seeds"], "paper_mean": PAPER_TABLE1[HINTS.get(m, m)][k][0],
+             "paper_std": PAPER_TABLE1[HINTS.get(m, m)][k][1]}
             for m, s in summary.items() for d in ("pinv", "shifted") for k in METRICS]
 
 
@@ -237,7 +287,7 @@ def figure(out: Path, records: list[dict[str, Any]], identity_curves: dict[str, 
         curves = {"identity": [identity_curves[which]]}
         for r in records:
             curves.setdefault(r["method"], []).append(np.load(out / r["files"]["probe"][which]))
-        for name in ("identity",) + ORDER:
+        for name in ("identity",) + ALL:
             if name not in curves:
                 continue
             n = min(len(c) for c in curves[name])
@@ -263,7 +313,6 @@ def main(argv: list[str]) -> int:
     import torch
     from threadpoolctl import threadpool_limits
 
-    from kappalab.immunization import table1_config
     from kappalab.provenance import provenance
     from kappalab.reproduce.identity import identity, run_key
     from kappalab.results import RunStore, to_jsonable, write_report
@@ -273,7 +322,7 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     overrides = read_overrides(args.config, args.overrides)
-    configs = {m: table1_config(args.protocol, m, method_overrides(overrides, m)) for m in args.methods}
+    configs = {m: config_of(args.protocol, m, method_overrides(overrides, m)) for m in args.methods}
     if args.epochs is not None:
         configs = {m: c.replace(epochs=args.epochs) for m, c in configs.items()}
     n_rows = {int(c.get("n_rows")) for c in configs.values()}
@@ -288,25 +337,33 @@ def main(argv: list[str]) -> int:
         data_dir.mkdir(parents=True, exist_ok=True)
         for name, arr in (("features_P", task.X_P), ("features_H", task.X_H), ("y_P", task.y_P), ("y_H", task.y_H)):
             np.save(data_dir / f"{name}.npy", arr)
+        data_record = {**data, "rows": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}}
+        run_configs = {}
+        call_options = {"device": args.device, "dtype": "float64", "probe_iters": args.probe_iters,
+                        "probe_target": args.probe_target, **({"trajectory": True} if args.trajectory else {})}
         jobs = []
-        for method in args.methods:
-            cfg = configs[method]
-            for s in args.seeds:
-                options = {"seed": s, "device": args.device, "dtype": "float64", "probe_iters": args.probe_iters,
-                           "probe_target": args.probe_target}
-                ident = identity(cfg.resolved(), data, options)
-                key = run_key(f"{args.protocol}.{method}.s{s}.e{cfg.epochs}", ident)
-                overrides_m = {**method_overrides(overrides, method),
-                               **({"epochs": args.epochs} if args.epochs is not None else {})}
-                jobs.append(Job(key, {"key": key, "identity": ident, "protocol": args.protocol, "method": method,
-                                      "seed": s, "overrides": overrides_m, "data_csv": args.data_csv,
-                                      "device": args.device, "probe_iters": args.probe_iters,
-                                      "probe_target": args.probe_target, "out": str(out)}))
+        for lr in args.lrs or (None,):
+            for method in args.methods:
+                cfg = configs[method] if lr is None else configs[method].replace(eta=lr)
+                for s in args.seeds:
+                    options = {"seed": s, **call_options}
+                    ident = identity(cfg.resolved(), data, options)
+                    key = run_key(f"{args.protocol}.{method}.s{s}.e{cfg.epochs}" + (f".lr{lr:g}" if lr else ""),
+                                  ident)
+                    run_configs[key] = cfg
+                    overrides_m = {**method_overrides(overrides, method),
+                                   **({"epochs": args.epochs} if args.epochs is not None else {}),
+                                   **({"eta": lr} if lr is not None else {})}
+                    jobs.append(Job(key, {"key": key, "identity": ident, "protocol": args.protocol,
+                                          "method": method, "seed": s, "overrides": overrides_m,
+                                          "data_csv": args.data_csv, "device": args.device,
+                                          "probe_iters": args.probe_iters, "probe_target": args.probe_target,
+                                          "out": str(out), "trajectory": args.trajectory, "data": data_record}))
         store = RunStore(out / f"runs_{args.protocol}.jsonl")
         done = run_sweep(jobs, run_one, store, workers=args.workers, threads_per_worker=args.threads,
                          progress=not args.no_progress, desc=f"table1/{args.protocol}",
                          extra_record=lambda job: {"identity": job.params["identity"], "provenance": provenance(
-                             job.params["seed"], configs[job.params["method"]], device=args.device,
+                             job.params["seed"], run_configs[job.key], device=args.device,
                              data_label=task.data_label)})
         wanted = {job.key for job in jobs}
         stored = {r["key"]: r for r in store.records() if r["key"] in wanted}
@@ -323,14 +380,31 @@ def main(argv: list[str]) -> int:
                 "load_average": [round(x, 2) for x in load] if load else None,
                 "total_wall_time_s": time.perf_counter() - start, "rtol": ev0["rtol"], "shift": ev0["shift"],
                 "probe_iters": args.probe_iters, "probe_target": args.probe_target, "identity_probe": ident,
-                "data_label": task.data_label, "data": data, "overrides": overrides,
+                "data_label": task.data_label, "data": data_record, "overrides": overrides,
                 "mean_std": MEAN_STD_CONVENTION, "runs_done_this_call": done.completed,
                 "command": ["kappalab", "reproduce", "table1", *argv]}
-        summary = summarize(records)
-        stem = f"table1_{args.protocol}"
-        write_report(out, stem, to_jsonable({"meta": meta, "summary": summary, "paper_reference": PAPER_TABLE1,
-                                             "runs": records}), markdown(summary, meta), csv_rows(summary))
-        figure(out, records, identity_curves, args.protocol)
+        # with --lrs, each lr's report and the selection cover every run of this store made with the same protocol,
+        # data, options and epochs (earlier calls into the same --out included), not only this call's
+        same = lambda rec: (rec["result"]["protocol"] == args.protocol and rec["identity"]["data"] == data
+                            and {k: v for k, v in rec["identity"]["options"].items() if k != "seed"} == call_options
+                            and rec["result"]["epochs"] in {c.epochs for c in configs.values()})
+        pool = [{"key": rec["key"], **rec["result"], "identity": rec["identity"], "provenance": rec.get("provenance")}
+                for rec in store.records() if same(rec)]
+        groups = {None: records} if args.lrs is None else {lr: [r for r in pool if r.get("eta") == lr]
+                                                            for lr in args.lrs}
+        for lr, rs in groups.items():
+            suffix = f"_lr{lr:g}" if lr is not None else ""
+            summary = summarize(rs)
+            stem = f"table1_{args.protocol}{suffix}"
+            write_report(out, stem, to_jsonable({"meta": {**meta, "lr": lr}, "summary": summary,
+                                                 "paper_reference": PAPER_TABLE1, "runs": rs}),
+                         markdown(summary, meta), csv_rows(summary))
+            figure(out, rs, identity_curves, f"{args.protocol}{suffix}")
+        if args.trajectory:
+            from kappalab.reproduce.table1_selection import write_selection
+
+            grid = [r for r in pool if r["files"].get("trajectory")]
+            write_selection(out, grid, args.selection, args.protocol, data_record)
     print(f"[table1] wrote {out}/{stem}.json, .md, .csv, figure1_{args.protocol}.png/pdf "
           f"({time.perf_counter() - start:.1f} s)")
     return 0

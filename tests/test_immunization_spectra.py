@@ -78,7 +78,11 @@ def test_exact_line_search_matches_closed_form_on_a_quadratic(rng):
 
 def test_every_table1_config_loads_and_cites_table4():
     files = sorted(CONFIG_DIR.glob("table1_*_*.json"))
-    assert len(files) == 10  # 2 protocol bases + 2 protocols x 4 methods
+    # 2 protocol bases + 2 protocols x 4 methods + the 2 authors'-hint baselines (paper protocol only)
+    assert len(files) == 12
+    for hint in ("table1_paper_opt_kappa_log", "table1_paper_imma_bilevel30"):
+        cfg = load_config(hint)
+        assert cfg.protocol == "paper" and cfg.source[0].endswith("linear_house_prices.json")
     for protocol in ("paper", "official"):
         for method in ("ours", "rill_only", "imma", "opt_kappa"):
             cfg = table1_config(protocol, method)

@@ -102,17 +102,6 @@ def test_direction_is_the_pseudo_inverse_preconditioned_gradient():
     assert s["kappa_P"] == pytest.approx(float(np.linalg.cond(hessian(theta, task.K["P"]))), rel=1e-9)
 
 
-def _have_house_prices() -> bool:
-    try:
-        from kappalab.data import load_house_prices
-
-        load_house_prices()
-        return True
-    except Exception:  # no cached file and no network
-        return False
-
-
-@pytest.mark.skipif(not _have_house_prices(), reason="House Prices train.csv not available")
 def test_monotonicity_end_to_end_one_step_per_method(tmp_path):
     out = tmp_path / "m"
     assert main(["monotonicity", "--table1-epochs", "2", "--table1-seeds", "0", "--skip-table2", "--out",

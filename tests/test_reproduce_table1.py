@@ -14,19 +14,6 @@ from kappalab.cli import main as cli_main  # noqa: E402
 from kappalab.immunization import LinearTask, evaluate  # noqa: E402
 
 
-def _have_data() -> bool:
-    try:
-        from kappalab.data import load_house_prices
-
-        load_house_prices()
-        return True
-    except Exception:  # no cached file and no network
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _have_data(), reason="House Prices train.csv not available")
-
-
 REFERENCE = Path(__file__).parent / "data" / "table1_quick_reference.json"
 
 

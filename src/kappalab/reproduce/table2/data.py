@@ -22,7 +22,7 @@ def load_dataset(dataset: str, directory: str | None):
     if dataset not in DATASETS:
         raise ValueError(f"--data: must be one of {DATASETS}, got {dataset!r}")
     if dataset == "mnist-subset" and directory is not None:
-        raise ValueError("--data-dir: given with --data mnist-subset (the embedded subset reads no folder); "
+        raise ValueError("given with --data mnist-subset (the embedded subset reads no folder); "
                          "use --data mnist")
     return load_digits(dataset, directory)
 

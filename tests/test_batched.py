@@ -140,17 +140,18 @@ def test_refuses_mismatched_batches():
 
 
 def test_run_batch_groups_finishes_and_reports_in_job_order():
-    """The sweep-facing entry point: jobs of two configs interleaved, batches of at most 2 runs; every result comes
-    back in job order, equal to the single engine's run, and ``on_result`` sees each job once."""
+    """The sweep-facing entry point: jobs of two configs interleaved, batches of at most 2 runs of one config; each
+    job's result is yielded once, batch by batch, equal to the single engine's run."""
     jobs = [{"method": m, "a": a, "b": b, "seed": s} for (a, b), s in JOBS[:3] for m in ("ours", "rill_only")]
     config_of = lambda j: load_config(f"table2_official_{j['method']}").replace(epochs=1)
     task_of = lambda j: _task(j["a"], j["b"], j["seed"])
     finish = lambda job, task, run, train_s: {"job": job, "theta": run.theta_I, "train_s": train_s}
-    seen: list[int] = []
-    results = run_batch(jobs, "cpu", 2, task_of=task_of, config_of=config_of, finish=finish,
-                        on_result=lambda i, r: seen.append(i))
+    yielded = list(run_batch(jobs, "cpu", 2, task_of=task_of, config_of=config_of, finish=finish))
+    seen = [i for i, _ in yielded]
     assert sorted(seen) == list(range(len(jobs))) and len(seen) == len(jobs)
-    for job, result in zip(jobs, results):
+    assert seen == [0, 2, 4, 1, 3, 5]  # batches of at most 2 runs of one config: ours 0, 2 | 4, rill 1, 3 | 5
+    results = dict(yielded)
+    for job, result in ((job, results[i]) for i, job in enumerate(jobs)):
         assert result["job"] is job and result["train_s"] > 0
         one = immunize(task_of(job), config_of(job), job["seed"])
         assert _rel(result["theta"], one.theta_I) <= RTOL

@@ -25,13 +25,14 @@ belong in files the worker writes itself (e.g. :func:`kappalab.results.save_arra
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing as mp
 import os
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,32 @@ class SweepSummary:
     completed: int  #: finished and stored by this call
     wall_time_s: float  #: wall time of this call
     run_times_s: tuple[float, ...]  #: wall time of each job completed by this call (inside the worker)
+
+
+def parse_shard(text: str, name: str = "--shard") -> tuple[int, int]:
+    """``"K/N"`` with integers ``1 <= K <= N`` -> ``(K, N)``; a ValueError naming ``name`` otherwise."""
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"{name}: expected K/N (two integers, e.g. 1/4), got {text!r}") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"{name}: K/N needs 1 <= K <= N, got {text!r}")
+    return k, n
+
+
+def shard_of(label: str, n: int) -> int:
+    """The shard (1..n) of the job named ``label``: ``int(sha256(label)) % n + 1``. It depends on the label alone,
+    not on which other jobs a sweep holds, so the same job lands in the same shard in every process that splits
+    the sweep, and the n shards partition any list of jobs with distinct labels."""
+    return int(hashlib.sha256(label.encode()).hexdigest(), 16) % n + 1
+
+
+def shard_jobs(jobs: Sequence[Job], k: int, n: int, label: Callable[[Job], str] = lambda job: job.key) -> list[Job]:
+    """The jobs of shard ``k`` of ``n`` (:func:`shard_of` of each job's ``label``), in their order: what one
+    process of a scheduler (a job array, one process per device) runs into its own store."""
+    if not (isinstance(n, int) and isinstance(k, int) and 1 <= k <= n):
+        raise ValueError(f"shard k/n needs integers 1 <= k <= n, got {k!r}/{n!r}")
+    return [job for job in jobs if shard_of(label(job), n) == k]
 
 
 def limit_threads(n: int = 1) -> None:
@@ -135,7 +162,10 @@ class Progress:
             self.bar.close()
 
 
-def _call(worker: Worker, job: Job) -> tuple[str, bool, Any, float, int]:
+Outcome = tuple[str, bool, Any, float, int]  #: (key, ok, result or (message, traceback), seconds, pid)
+
+
+def _call(worker: Worker, job: Job) -> Outcome:
     """Run one job; never raises (errors come back as data, so the parent can name the key)."""
     start = time.perf_counter()
     try:
@@ -182,11 +212,15 @@ def run_sweep(jobs: Sequence[Job], worker: Worker, store: RunStore | str | os.Pa
         raise ValueError(f"threads_per_worker must be a positive integer, got {threads_per_worker!r}")
     store = store if isinstance(store, RunStore) else RunStore(store)
     with store.lock():
-        return _run_locked(jobs, worker, store, workers, threads_per_worker, progress, desc, extra_record)
+        return _run_locked(jobs, store, progress, desc, extra_record,
+                           _execute_jobs(worker, workers, threads_per_worker))
 
 
-def _run_locked(jobs: Sequence[Job], worker: Worker, store: RunStore, workers: int, threads_per_worker: int,
-                progress: bool, desc: str, extra_record: Callable[[Job], dict[str, Any]] | None) -> SweepSummary:
+def _run_locked(jobs: Sequence[Job], store: RunStore, progress: bool, desc: str,
+                extra_record: Callable[[Job], dict[str, Any]] | None,
+                execute: Callable[[list[Job], Callable[[Outcome], None]], None]) -> SweepSummary:
+    """Skip the stored jobs, let ``execute(pending, record)`` run the rest, store each outcome as ``record`` gets
+    it (one overall progress display), and sum up."""
     done = store.done_keys()
     pending = [job for job in jobs if job.key not in done]
     by_key = {job.key: job for job in pending}
@@ -194,7 +228,7 @@ def _run_locked(jobs: Sequence[Job], worker: Worker, store: RunStore, workers: i
     times: list[float] = []
     bar = Progress(len(jobs), len(jobs) - len(pending), desc, progress)
 
-    def record(outcome: tuple[str, bool, Any, float, int]) -> None:
+    def record(outcome: Outcome) -> None:
         key, ok, payload, seconds, pid = outcome
         if not ok:
             raise SweepError(key, payload[0], payload[1])
@@ -207,11 +241,7 @@ def _run_locked(jobs: Sequence[Job], worker: Worker, store: RunStore, workers: i
         bar.update()
 
     try:
-        if workers == 1 or len(pending) <= 1:
-            for job in pending:
-                record(_call(worker, job))
-        else:
-            _run_pool(pending, worker, min(workers, len(pending)), threads_per_worker, record)
+        execute(pending, record)
     except KeyboardInterrupt:
         raise SweepInterrupted(len(jobs) - len(pending) + len(times), len(jobs), str(store.path)) from None
     finally:
@@ -220,8 +250,59 @@ def _run_locked(jobs: Sequence[Job], worker: Worker, store: RunStore, workers: i
                         tuple(times))
 
 
+def _execute_jobs(worker: Worker, workers: int, threads_per_worker: int
+                  ) -> Callable[[list[Job], Callable[[Outcome], None]], None]:
+    """:func:`run_sweep`'s execution: one job at a time in this process, or a pool of processes."""
+    def execute(pending: list[Job], record: Callable[[Outcome], None]) -> None:
+        if workers == 1 or len(pending) <= 1:
+            for job in pending:
+                record(_call(worker, job))
+        else:
+            _run_pool(pending, worker, min(workers, len(pending)), threads_per_worker, record)
+    return execute
+
+
+#: ``runner(params_list)`` of :func:`run_batched_sweep`: yields ``(index, result)`` as each run is finished
+BatchRunner = Callable[[list[dict[str, Any]]], Iterator[tuple[int, dict[str, Any]]]]
+
+
+def run_batched_sweep(jobs: Sequence[Job], runner: BatchRunner, store: RunStore | str | os.PathLike[str], *,
+                      progress: bool = True, desc: str = "sweep",
+                      extra_record: Callable[[Job], dict[str, Any]] | None = None) -> SweepSummary:
+    """:func:`run_sweep` for an engine that trains many runs at once: the jobs not yet stored go to ``runner`` in
+    one call, in this process; it forms its own batches and yields ``(index into its list, result)`` as soon as
+    each run is finished, and each is stored at once. So the store grows run by run, and a killed sweep loses only
+    the runs in flight (the batch being trained and those of it not yet yielded); running it again resumes.
+
+    A record's ``wall_time_s`` is the time since the previous result was stored (a batch's training time lands on
+    its first run; their mean is the time per run). A runner that raises stops the sweep with :class:`SweepError`
+    naming the first job not stored; the results yielded before are kept."""
+    _check_jobs(jobs)
+    store = store if isinstance(store, RunStore) else RunStore(store)
+
+    def execute(pending: list[Job], record: Callable[[Outcome], None]) -> None:
+        if not pending:
+            return
+        stored: set[int] = set()
+        last = time.perf_counter()
+        try:
+            for index, result in runner([dict(job.params) for job in pending]):
+                payload = to_jsonable(result)
+                now = time.perf_counter()
+                record((pending[index].key, True, payload, now - last, os.getpid()))
+                stored.add(index)
+                last = now
+        except Exception as error:  # noqa: BLE001 - named by the first job not stored, with its traceback
+            first = next((i for i in range(len(pending)) if i not in stored), len(pending) - 1)
+            raise SweepError(pending[first].key, f"{type(error).__name__}: {error}", traceback.format_exc()) \
+                from None
+
+    with store.lock():
+        return _run_locked(jobs, store, progress, desc, extra_record, execute)
+
+
 def _run_pool(pending: Iterable[Job], worker: Worker, workers: int, threads: int,
-              record: Callable[[tuple[str, bool, Any, float, int]], None]) -> None:
+              record: Callable[[Outcome], None]) -> None:
     """Pool of spawned processes; results are recorded in completion order; the pool dies on the first error."""
     saved = {name: os.environ.get(name) for name in THREAD_ENV}
     for name in THREAD_ENV:  # spawned children read these before importing torch / numpy
@@ -252,5 +333,5 @@ class _CallJob:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
 
-    def __call__(self, job: Job) -> tuple[str, bool, Any, float, int]:
+    def __call__(self, job: Job) -> Outcome:
         return _call(self.worker, job)

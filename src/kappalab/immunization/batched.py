@@ -21,7 +21,7 @@ config (one method) and tasks of equal shapes; :func:`group_batches` forms such 
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, Callable, TypeVar
 
 import numpy as np
@@ -49,12 +49,20 @@ def _check(tasks: Sequence[LinearTask], cfg: MethodConfig, seeds: Sequence[int])
         if shapes(task) != shapes(tasks[0]):
             raise ValueError(f"tasks[{i}] has shapes/loss {shapes(task)} but tasks[0] has {shapes(tasks[0])}: a "
                              "batch needs runs of equal shapes (group them with group_batches)")
+    reason = unsupported(cfg)
+    if reason is not None:
+        raise ValueError(reason)
+
+
+def unsupported(cfg: MethodConfig) -> str | None:
+    """Why the batched engine cannot run ``cfg`` (None when it can): it implements the official protocol on the
+    ``features`` spectral route, with minibatches."""
     if cfg.protocol != "official" or cfg.get("spectral_route", "dense") != "features":
-        raise ValueError(f"the batched engine implements the official protocol on the 'features' spectral route, "
-                         f"got protocol {cfg.protocol!r}, route {cfg.get('spectral_route', 'dense')!r}; use "
-                         "--engine single")
+        return (f"the batched engine implements the official protocol on the 'features' spectral route, got "
+                f"protocol {cfg.protocol!r}, route {cfg.get('spectral_route', 'dense')!r}; use --engine single")
     if cfg.batch_size is None:
-        raise ValueError("the batched engine needs minibatches (cfg.batch_size), got None")
+        return "the batched engine needs minibatches (cfg.batch_size), got None"
+    return None
 
 
 def stacked_protocol(tasks: Sequence[LinearTask], cfg: MethodConfig, device: str) -> Protocol:
@@ -123,24 +131,26 @@ def group_batches(items: Sequence[T], key: Callable[[T], Hashable], batch_size: 
 
 def run_batch(jobs: Sequence[dict[str, Any]], device: str = "cpu", batch_size: int = 16, *,
               task_of: Callable[[dict[str, Any]], LinearTask], config_of: Callable[[dict[str, Any]], MethodConfig],
-              finish: Callable[[dict[str, Any], LinearTask, ImmunizationRun, float], dict[str, Any]],
-              on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+              finish: Callable[[dict[str, Any], LinearTask, ImmunizationRun, float], dict[str, Any]]
+              ) -> Iterator[tuple[int, dict[str, Any]]]:
     """A sweep's jobs through the batched engine: jobs with equal config and data shapes are grouped into batches of
     at most ``batch_size`` runs (:func:`group_batches`), each batch is trained by :func:`immunize_batch`, and each
     run is finished by ``finish(job, task, run, train_s)`` (the single engine's per-run evaluation and record),
-    ``train_s`` being its share of the batch's training time. ``on_result(index, result)`` is called as soon as a
-    batch's runs are finished (a store appends them there: a killed sweep loses at most the batch in flight).
-    Returns the results in the order of ``jobs``."""
-    tasks = [task_of(j) for j in jobs]
+    ``train_s`` being its share of the batch's training time.
+
+    Yields ``(index into jobs, result)`` as soon as each run is finished (a store appends it there: a killed sweep
+    loses only the batch in flight). Each task is built twice, once for its shapes (then dropped) and once for its
+    batch, so a sweep's data is never all in memory at once."""
+    def shape(job: dict[str, Any]) -> Hashable:
+        task = task_of(job)
+        return task.X_P.shape, task.X_H.shape, task.loss, task.y_H is None
+
     cfgs = [config_of(j) for j in jobs]
-    key = lambda i: (repr(cfgs[i]), tasks[i].X_P.shape, tasks[i].X_H.shape, tasks[i].loss)
-    results: list[dict[str, Any] | None] = [None] * len(jobs)
-    for idx in group_batches(range(len(jobs)), key, batch_size):
+    keys = [(repr(cfg), shape(job)) for cfg, job in zip(cfgs, jobs)]
+    for idx in group_batches(range(len(jobs)), keys.__getitem__, batch_size):
+        tasks = [task_of(jobs[i]) for i in idx]
         start = time.perf_counter()
-        runs = immunize_batch([tasks[i] for i in idx], cfgs[idx[0]], [int(jobs[i]["seed"]) for i in idx], device)
+        runs = immunize_batch(tasks, cfgs[idx[0]], [int(jobs[i]["seed"]) for i in idx], device)
         share = (time.perf_counter() - start) / len(idx)
-        for i, run in zip(idx, runs):
-            results[i] = finish(jobs[i], tasks[i], run, share)
-            if on_result is not None:
-                on_result(i, results[i])
-    return results  # type: ignore[return-value]
+        for i, task, run in zip(idx, tasks, runs):
+            yield i, finish(jobs[i], task, run, share)

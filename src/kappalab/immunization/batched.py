@@ -49,19 +49,24 @@ def _check(tasks: Sequence[LinearTask], cfg: MethodConfig, seeds: Sequence[int])
         if shapes(task) != shapes(tasks[0]):
             raise ValueError(f"tasks[{i}] has shapes/loss {shapes(task)} but tasks[0] has {shapes(tasks[0])}: a "
                              "batch needs runs of equal shapes (group them with group_batches)")
-    reason = unsupported(cfg)
+    reason = unsupported(cfg, tasks[0].X_P.shape[1])
     if reason is not None:
-        raise ValueError(reason)
+        raise ValueError(f"{reason}; use --engine single")
 
 
-def unsupported(cfg: MethodConfig) -> str | None:
-    """Why the batched engine cannot run ``cfg`` (None when it can): it implements the official protocol on the
-    ``features`` spectral route, with minibatches."""
+def unsupported(cfg: MethodConfig, n_features: int | None = None) -> str | None:
+    """Why the batched engine cannot run ``cfg`` on tasks of ``n_features`` features (None when it can): it
+    implements the official protocol on the ``features`` spectral route, with minibatches of fewer rows than
+    features (the Woodbury preconditioning; a batch with at least as many rows as features takes the dense
+    ``D x D`` solve, which is not written for stacked runs)."""
     if cfg.protocol != "official" or cfg.get("spectral_route", "dense") != "features":
         return (f"the batched engine implements the official protocol on the 'features' spectral route, got "
-                f"protocol {cfg.protocol!r}, route {cfg.get('spectral_route', 'dense')!r}; use --engine single")
+                f"protocol {cfg.protocol!r}, route {cfg.get('spectral_route', 'dense')!r}")
     if cfg.batch_size is None:
         return "the batched engine needs minibatches (cfg.batch_size), got None"
+    if n_features is not None and cfg.batch_size >= n_features:
+        return (f"the batched engine needs minibatches of fewer rows than features, got batch_size "
+                f"{cfg.batch_size} >= D = {n_features}")
     return None
 
 

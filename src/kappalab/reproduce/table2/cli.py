@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ from kappalab.results import RunStore
 
 from .constants import ALL_PAIRS, METHODS, PROBE_PAIRS, QUICK_EPOCHS, QUICK_PAIRS
 from .data import DATASETS, data_label, load_dataset
-from .report import record_route, reproducibility, write_report
+from .engine import DEFAULT_BATCH_SIZE, ENGINES, batched_runs, choose_engine
+from .merge import merge_stores
+from .report import label_of, record_route, reproducibility, write_report
 from .run import SweepPlan, parse_ints, parse_pairs, run_one
 from .spectra import SPECTRA_METHOD
 
@@ -48,6 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--compare-with", type=Path, default=None, metavar="DIR",
                         help="also write reproducibility_<protocol>.{md,json}: run-by-run differences of (i), (ii), "
                              "RIR between this store and the one in DIR (same runs, e.g. another spectral route)")
+    parser.add_argument("--engine", choices=ENGINES, default="auto",
+                        help="single: one run per call (--workers processes); batched: runs of equal shapes "
+                             "stacked in one process; auto (default): batched for the official protocol on CUDA, "
+                             "single otherwise (on the CPU the batched engine is slower)")
+    parser.add_argument("--batch-size", type=positive_int, default=None, metavar="R",
+                        help=f"runs per batch of the batched engine (bounds memory; default {DEFAULT_BATCH_SIZE})")
+    parser.add_argument("--shard", default=None, metavar="K/N",
+                        help="run only shard K of N (1 <= K <= N; a deterministic split by run label) into --out; "
+                             "merge the shards' folders with --merge")
+    parser.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
+                        help="check and merge these folders' stores (e.g. the shards') into --out, then report; "
+                             "give the arguments the shards ran with, minus --shard")
     add_config_options(parser, "a JSON object of overrides, same keys as --set")
     return parser
 
@@ -72,8 +87,9 @@ def plan_from_args(args: argparse.Namespace) -> SweepPlan:
     out = args.out or RESULTS / ("table2_quick" if quick else "table2")
     pool = args.pool or (4 if quick else 1)
     dataset = args.data or ("mnist-subset" if quick and args.data_dir is None else "mnist")
-    return SweepPlan(args.protocol, methods, pairs, seeds, epochs, Path(out), args.device, args.data_dir, pool,
+    plan = SweepPlan(args.protocol, methods, pairs, seeds, epochs, Path(out), args.device, args.data_dir, pool,
                      () if args.no_probe else (pairs[:1] if quick else PROBE_PAIRS), dataset, overrides)
+    return dataclasses.replace(plan, engine=choose_engine(args.engine, plan)[0])
 
 
 def spectral_route(plan: SweepPlan) -> str:
@@ -115,15 +131,34 @@ def check_store(plan: SweepPlan, route: str) -> None:
                          f"version stores {SPECTRA_METHOD!r} spectra: use another --out")
 
 
+def check_modes(args: argparse.Namespace, plan: SweepPlan) -> tuple[int, int] | None:
+    """The engine, shard and merge options against each other (no option silently ignored); returns the shard."""
+    from kappalab.sweep import parse_shard
+
+    if plan.engine == "single" and args.batch_size is not None:
+        raise UsageError(f"--batch-size: only the batched engine reads it, and the single engine runs "
+                         f"({choose_engine(args.engine, plan)[1]})")
+    if plan.engine == "batched" and args.workers > 1:
+        raise UsageError("--workers: the batched engine runs its batches in one process; split a sweep over "
+                         "processes or devices with --shard K/N")
+    if args.merge is not None:
+        clash = [name for name, given in (("--shard", args.shard), ("--report-only", args.report_only),
+                                          ("--compare-with", args.compare_with)) if given]
+        if clash:
+            raise UsageError(f"--merge: cannot be combined with {', '.join(clash)}")
+    return None if args.shard is None else parse_shard(args.shard)
+
+
 @command(PROG)
 def main(argv: list[str]) -> int:
     from kappalab.provenance import provenance
-    from kappalab.sweep import run_sweep
+    from kappalab.sweep import run_batched_sweep, run_sweep, shard_jobs
 
     args = build_parser().parse_args(argv)
     try:
         plan = plan_from_args(args)
-    except ValueError as error:  # parse_pairs / parse_ints name their argument
+        shard = check_modes(args, plan)
+    except ValueError as error:  # parse_pairs / parse_ints / parse_shard name their argument
         raise UsageError(str(error)) from None
     check_device(plan.device)
     with data_errors("--data-dir" if plan.data_dir else "--data"):
@@ -135,20 +170,38 @@ def main(argv: list[str]) -> int:
         check_out(plan.out)
         check_store(plan, spectral_route(plan))
     label = data_label(source, plan.pool)
-    jobs = plan.jobs()
+    every = plan.jobs()
+    jobs = every if shard is None else shard_jobs(every, *shard, label=lambda job: label_of(job.key))
     header = {"data_label": label, "protocol": plan.protocol, "epochs": plan.epochs, "pool": plan.pool,
-              "data": jobs[0].params["identity"]["data"], "overrides": plan.overrides,
+              "data": every[0].params["identity"]["data"], "overrides": plan.overrides,
+              "engine": plan.engine, "shard": args.shard,
               "provenance": provenance(None, {"plan": plan, "configs": {m: plan.config(m) for m in plan.methods}},
                                        device=plan.device, data_label=label)}
+    if args.merge is not None:
+        records = merge_stores(plan, jobs, args.merge)
+        header["merged_from"] = [str(d) for d in args.merge]
+        result = write_report(plan, records, len(jobs), header)
+        print(f"table2: merged {result['n_runs']}/{len(jobs)} runs from {len(args.merge)} store(s) into {plan.out}")
+        return 0
     if not args.report_only:
-        summary = run_sweep(jobs, run_one, plan.store_path, workers=args.workers, progress=not args.no_progress,
-                            desc=f"table2/{plan.protocol}",
-                            extra_record=lambda job: {"identity": job.params["identity"], "provenance": provenance(
-                                job.params["seed"], job.params, device=plan.device, data_label=label)})
+        engine_why = choose_engine(args.engine, plan)[1]
+        batch = args.batch_size or DEFAULT_BATCH_SIZE
+        print(f"table2: engine {plan.engine} ({engine_why})" + (f", batches of <= {batch} runs"
+                                                                 if plan.engine == "batched" else "")
+              + ("" if shard is None else f"; shard {args.shard}: {len(jobs)} runs"), flush=True)
+        extra = lambda job: {"identity": job.params["identity"], "provenance": provenance(
+            job.params["seed"], job.params, device=plan.device, data_label=label)}
+        desc = f"table2/{plan.protocol}"
+        if plan.engine == "batched":
+            summary = run_batched_sweep(jobs, batched_runs(plan.device, batch), plan.store_path,
+                                        progress=not args.no_progress, desc=desc, extra_record=extra)
+        else:
+            summary = run_sweep(jobs, run_one, plan.store_path, workers=args.workers, progress=not args.no_progress,
+                                desc=desc, extra_record=extra)
         if summary.run_times_s:
             mean = float(np.mean(summary.run_times_s))
-            print(f"table2: {summary.completed} runs in {summary.wall_time_s:.1f} s ({mean:.1f} s/run in a worker, "
-                  f"{args.workers} worker(s)); {summary.skipped} were already done")
+            print(f"table2: {summary.completed} runs in {summary.wall_time_s:.1f} s ({mean:.1f} s/run, "
+                  f"engine {plan.engine}, {args.workers} worker(s)); {summary.skipped} were already done")
     records, legacy = select_records(plan, {job.key for job in jobs})
     header["legacy_store"] = legacy
     result = write_report(plan, records, len(jobs), header)

@@ -25,22 +25,34 @@ def run_label(protocol: str, method: str, a: int, b: int, seed: int, epochs: int
     return f"{protocol}.{method}.{a}-{b}.s{seed}.e{epochs}" + ("" if pool == 1 else f".p{pool}")
 
 
-def run_one(params: dict[str, Any]) -> dict[str, Any]:
-    """Sweep worker: immunize one pair, evaluate it, store its spectra; returns the record's ``result``."""
-    from kappalab.immunization import evaluate, immunize
+def config_of(params: dict[str, Any]):
+    """A job's resolved config (its protocol and method, the plan's overrides and epochs)."""
+    return _config(params["protocol"], params["method"], tuple(sorted(params["overrides"].items(), key=str)),
+                   int(params["epochs"]))
 
-    limit_threads(int(params.get("threads", 1)))
-    a, b, seed = int(params["a"]), int(params["b"]), int(params["seed"])
-    cfg = table2_config(params["protocol"], params["method"], params["overrides"]).replace(
-        epochs=int(params["epochs"]))
-    pool, dataset, directory = int(params["pool"]), params["dataset"], params["data_dir"]
-    task = mnist_task(a, b, seed, directory, pool, dataset)
+
+def prepare(params: dict[str, Any]):
+    """What both engines train on: the job's :class:`~kappalab.immunization.LinearTask` (its pair and seed), checked
+    against its config (:func:`config_of`)."""
+    cfg = config_of(params)
+    task = mnist_task(int(params["a"]), int(params["b"]), int(params["seed"]), params["data_dir"],
+                      int(params["pool"]), params["dataset"])
     if cfg.get("loss") not in (None, task.loss):
         raise ValueError(f"config {cfg.source[-1]}: extra loss {cfg.get('loss')!r} but the MNIST task uses "
                          f"{task.loss!r}")
+    return task
+
+
+def finish(params: dict[str, Any], task, run, train_s: float, engine: str) -> dict[str, Any]:
+    """What both engines do after training: store the run's spectra, evaluate it, probe it (when asked); returns
+    the record's ``result``, which names the ``engine`` that trained it (``train_s``: its training time; a batch's
+    time divided by its runs)."""
+    from kappalab.immunization import evaluate
+
     start = time.perf_counter()
-    run = immunize(task, cfg, seed, device=params["device"])
-    train_s = time.perf_counter() - start
+    a, b, seed = int(params["a"]), int(params["b"]), int(params["seed"])
+    pool, dataset, directory = int(params["pool"]), params["dataset"], params["data_dir"]
+    cfg = config_of(params)
     theta = np.asarray(run.theta_I, dtype=np.float64)
     spectra = run_spectra(task, theta, run.bias, data_spectra(a, b, seed, directory, pool, dataset))
     folder = Path(params["out"]) / "spectra"
@@ -53,11 +65,23 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
         "degenerate_count": run.degenerate_count, "spectra_file": f"spectra/{params['key']}.npz",
         "config_source": list(cfg.source), "data_label": task.data_label,
         "spectral_route": cfg.get("spectral_route"), "spectra": SPECTRA_METHOD,
+        "engine": engine, "engine_notes": list(run.notes),
     }
     if params["probe"]:
         result["probe"] = probe_measures(theta, run.bias, task.X_P, task.X_H, a, b, seed, directory, pool, dataset)
-    result["total_s"] = time.perf_counter() - start
+    result["total_s"] = train_s + time.perf_counter() - start
     return result
+
+
+def run_one(params: dict[str, Any]) -> dict[str, Any]:
+    """Sweep worker of the single engine: :func:`prepare`, immunize the one pair, :func:`finish`."""
+    from kappalab.immunization import immunize
+
+    limit_threads(int(params.get("threads", 1)))
+    task = prepare(params)
+    start = time.perf_counter()
+    run = immunize(task, config_of(params), int(params["seed"]), device=params["device"])
+    return finish(params, task, run, time.perf_counter() - start, "single")
 
 
 @dataclass(frozen=True)
@@ -76,6 +100,7 @@ class SweepPlan:
     probe_pairs: tuple[tuple[int, int], ...] = PROBE_PAIRS
     dataset: str = "mnist-subset"
     overrides: dict[str, Any] = field(default_factory=dict)
+    engine: str = "single"  #: "single" or "batched" (:mod:`.engine`; part of the identity off the CPU only)
 
     @property
     def store_path(self) -> Path:
@@ -86,6 +111,8 @@ class SweepPlan:
         return _config(self.protocol, method, tuple(sorted(self.overrides.items(), key=str)), self.epochs)
 
     def jobs(self) -> list[Job]:
+        from .engine import identity_options
+
         data = data_identity(self.dataset, self.data_dir, self.pool)
         jobs = []
         for method in self.methods:
@@ -94,7 +121,8 @@ class SweepPlan:
                 for seed in self.seeds:
                     probe = (a, b) in self.probe_pairs and seed == self.seeds[0]
                     ident = identity(resolved, data, {"a": a, "b": b, "seed": seed, "pool": self.pool,
-                                                      "device": self.device, "dtype": "float64", "probe": probe})
+                                                      "device": self.device, "dtype": "float64", "probe": probe,
+                                                      **identity_options(self.engine, self.device)})
                     key = run_key(run_label(self.protocol, method, a, b, seed, self.epochs, self.pool), ident)
                     jobs.append(Job(key, {
                         "key": key, "identity": ident, "protocol": self.protocol, "method": method, "a": a,

@@ -1,0 +1,84 @@
+"""Which engine trains a Table 2 sweep's runs, the engine's place in a run's identity, and the batched sweep.
+
+Two engines train the same runs: ``single`` (:func:`kappalab.immunization.immunize`, one run per call, the sweep's
+workers in parallel processes) and ``batched`` (:func:`kappalab.immunization.batched.immunize_batch`, runs of
+equal config and data shapes stacked along a leading run dimension, at most ``--batch-size`` of them per batch,
+in this process). Both start from :func:`.run.prepare` and end with :func:`.run.finish`, so a run's record is
+the same but for its timings and the ``engine`` it names.
+
+``--engine auto`` (the default) picks ``batched`` where it applies and pays: every method's config is one the
+batched engine implements (the official protocol on the ``features`` route, with minibatches of fewer rows than
+features: not ``--pool 4``;
+:func:`kappalab.immunization.batched.unsupported`) AND the device is CUDA. On the CPU it picks ``single``: torch's
+CPU batched matmul is slower than one product per run (measured: batched steps reach 0.32-0.40 of the float64
+GEMM rate on 2 loaded cores, a 16-run slice trains in 2.18x its products' time; ``benchmarks/sweep_table2.py``
+times both engines per run). The command prints which engine ran and why.
+
+Identity: on the CPU the two engines compute each run with the same kernels on its slice and agree to the last
+bit (``tests/test_table2_engine.py`` compares whole records, ``tests/test_batched.py`` every history entry),
+so the engine is NOT part of a CPU run's identity: a sweep started with one engine resumes with the other, and
+never redoes a finished run. On CUDA the batched kernels may round differently, so there the engine is part of
+the identity (options ``engine``) and the two engines' runs are kept apart. The batch size is not part of it:
+each run's slice is computed alone, whatever else shares its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from kappalab.cli_options import UsageError
+
+if TYPE_CHECKING:
+    from .run import SweepPlan
+
+ENGINES = ("auto", "single", "batched")
+DEFAULT_BATCH_SIZE = 64  #: runs per batch unless --batch-size says otherwise (bounds memory: R x N x D per tensor)
+
+
+def on_cpu(device: str) -> bool:
+    return device == "cpu"
+
+
+def identity_options(engine: str, device: str) -> dict[str, str]:
+    """The engine's part of a run's identity options: none on the CPU (the engines agree bit for bit there),
+    ``{"engine": engine}`` elsewhere."""
+    if engine not in ENGINES[1:]:
+        raise ValueError(f"engine must be 'single' or 'batched', got {engine!r}")
+    return {} if on_cpu(device) else {"engine": engine}
+
+
+def choose_engine(requested: str, plan: "SweepPlan") -> tuple[str, str]:
+    """``(engine, why)`` for ``--engine requested`` on this plan (see the module docstring for the rule); a
+    UsageError when ``batched`` is asked for a config it does not implement."""
+    from kappalab.immunization.batched import unsupported
+
+    features = (28 // plan.pool) ** 2  # D of the (pooled) 28 x 28 images
+    reason = next((r for r in (unsupported(plan.config(m), features) for m in plan.methods) if r is not None),
+                  None)
+    if requested == "single":
+        return "single", "--engine single"
+    if requested == "batched":
+        if reason is not None:
+            raise UsageError(f"--engine batched: {reason}; use --engine single (or auto)")
+        return "batched", "--engine batched"
+    if requested != "auto":
+        raise UsageError(f"--engine: must be one of {ENGINES}, got {requested!r}")
+    if reason is not None:
+        return "single", f"auto: {reason}"
+    if on_cpu(plan.device):
+        return "single", "auto: on the CPU the batched engine is slower than one run at a time"
+    return "batched", f"auto: official protocol, features route, on {plan.device}"
+
+
+def batched_runs(device: str, batch_size: int):
+    """A :data:`kappalab.sweep.BatchRunner` for :func:`kappalab.sweep.run_batched_sweep`: the jobs' params through
+    :func:`kappalab.immunization.batched.run_batch` with :func:`.run.prepare` and :func:`.run.finish`."""
+    from kappalab.immunization.batched import run_batch
+
+    from .run import config_of, finish, prepare
+
+    def runner(jobs: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        return run_batch(jobs, device, batch_size, task_of=prepare, config_of=config_of,
+                         finish=lambda job, task, run, train_s: finish(job, task, run, train_s, "batched"))
+    return runner

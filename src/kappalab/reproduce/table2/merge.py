@@ -1,0 +1,159 @@
+"""``kappalab reproduce table2 --merge DIR...``: the stores of a sweep's shards (or any stores of its runs), checked
+and merged into one store and one report.
+
+Each source ``DIR`` holds ``runs_<protocol>.jsonl`` and its ``spectra/`` (what ``--shard K/N --out DIR`` wrote).
+Every record is checked before anything is written:
+
+* its identity: the hash recomputed from the record's config, data and options, and the key recomputed from its
+  label (protocol, method, pair, seed, epochs, pool) and that hash, equal the stored ones;
+* it is one of this sweep's runs: its key is among the plan's jobs (the shards' arguments without ``--shard``); a
+  run of another config, data, device, epochs or seed is a foreign identity;
+* its spectra were computed the way this version computes them, and its spectra file exists;
+* a key found in two sources: both records agree, every number of the result to :data:`REL_TOL` relative and the
+  spectra to :data:`REL_TOL` of their largest value, timings and the engine aside (:data:`VOLATILE`); an agreeing
+  duplicate is kept once, a conflicting one is refused.
+
+A refusal is one line naming the source and the run (status 2), and nothing is written. Then ``OUT`` (which must
+hold no store yet) gets the merged store (records in the plan's order, each with ``merged_from``), the spectra
+files, the Table 2 report, and ``merge_<protocol>.{json,md}`` (each source's counts).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kappalab.cli_options import UsageError
+from kappalab.reproduce.identity import identity, run_key
+from kappalab.results import RunStore, write_report as write_files
+from kappalab.sweep import Job
+
+from .run import run_label
+from .spectra import SPECTRA_METHOD
+
+if TYPE_CHECKING:
+    from .run import SweepPlan
+
+REL_TOL = 1e-10  #: duplicates agree to this (the engines' agreement rule; on one CPU they agree bit for bit)
+VOLATILE = ("train_s", "total_s", "engine", "engine_notes")  #: result fields that differ between equal runs
+
+
+def recomputed_key(record: dict[str, Any]) -> str:
+    """The key a record should have: its label from ``params`` and the hash of its stored identity's body."""
+    ident, p = record["identity"], record["params"]
+    again = identity(ident["config"], ident["data"], ident["options"])
+    if again["hash"] != ident.get("hash"):
+        return f"(identity hash {again['hash']}, stored {ident.get('hash')})"
+    return run_key(run_label(p["protocol"], p["method"], p["a"], p["b"], p["seed"], p["epochs"], p.get("pool", 1)),
+                   again)
+
+
+def difference(a: Any, b: Any, path: str = "result") -> str | None:
+    """The first path where two JSON values differ (numbers beyond :data:`REL_TOL` relative), or None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return f"{path} (fields {sorted(set(a) ^ set(b))})"
+        return next((d for k in sorted(a) if (d := difference(a[k], b[k], f"{path}.{k}")) is not None), None)
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path} (length {len(a)} vs {len(b)})"
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := difference(x, y, f"{path}[{i}]")) is not None),
+                    None)
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
+        if a == b or (math.isnan(a) and math.isnan(b)):
+            return None
+        return None if abs(a - b) <= REL_TOL * max(abs(a), abs(b)) else f"{path} ({a!r} vs {b!r})"
+    return None if a == b else f"{path} ({a!r} vs {b!r})"
+
+
+def spectra_difference(first: Path, second: Path) -> str | None:
+    """Where two runs' spectra files differ beyond :data:`REL_TOL` of the largest value, or None."""
+    with np.load(first) as x, np.load(second) as y:
+        if set(x.files) != set(y.files):
+            return f"spectra arrays {sorted(set(x.files) ^ set(y.files))}"
+        for name in sorted(x.files):
+            u, v = x[name], y[name]
+            if u.shape != v.shape:
+                return f"spectra {name} shape {u.shape} vs {v.shape}"
+            scale = max(float(np.max(np.abs(u), initial=0.0)), float(np.max(np.abs(v), initial=0.0)))
+            if float(np.max(np.abs(u - v), initial=0.0)) > REL_TOL * scale:
+                return f"spectra {name}"
+    return None
+
+
+def _check(record: dict[str, Any], store: Path, keys: set[str]) -> None:
+    key = record.get("key")
+    where = f"--merge: {store}: run {key}"
+    if "identity" not in record:
+        raise UsageError(f"{where} was written before run identities; such stores cannot be merged")
+    again = recomputed_key(record)
+    if again != key:
+        raise UsageError(f"{where}: its key does not match its identity (recomputed {again})")
+    if key not in keys:
+        raise UsageError(f"{where} is not one of this sweep's runs (a foreign identity: another config, data, "
+                         "device, engine or option; merge with the arguments the shards ran with, minus --shard)")
+    method = (record.get("result") or {}).get("spectra")
+    if method != SPECTRA_METHOD:
+        raise UsageError(f"{where} has spectra computed by {method!r}, this version stores {SPECTRA_METHOD!r}")
+    if not (store.parent / record["result"]["spectra_file"]).is_file():
+        raise UsageError(f"{where}: its spectra file {store.parent / record['result']['spectra_file']} is missing")
+
+
+def merge_stores(plan: "SweepPlan", jobs: list[Job], sources: list[Path]) -> list[dict[str, Any]]:
+    """Check every record of the sources' stores (module docstring), then write the merged store, its spectra and
+    ``merge_<protocol>.{json,md}`` under ``plan.out``; returns the merged records in the plan's order."""
+    keys = {job.key for job in jobs}
+    chosen: dict[str, tuple[dict[str, Any], Path]] = {}
+    counts = []
+    for source in sources:
+        store = source / plan.store_path.name
+        if not source.is_dir():
+            raise UsageError(f"--merge: {source} is not a folder")
+        if not store.is_file():
+            raise UsageError(f"--merge: no store {store}")
+        records = RunStore(store).records()
+        duplicates = 0
+        for record in records:
+            _check(record, store, keys)
+            key = record["key"]
+            if key in chosen:
+                first, first_store = chosen[key]
+                strip = lambda r: {k: v for k, v in r["result"].items() if k not in VOLATILE}
+                diff = difference(strip(first), strip(record)) or spectra_difference(
+                    first_store.parent / first["result"]["spectra_file"], store.parent / record["result"]["spectra_file"])
+                if diff is not None:
+                    raise UsageError(f"--merge: run {key} is in {first_store} and {store} with different results "
+                                     f"(first at {diff}): a conflicting duplicate")
+                duplicates += 1
+            else:
+                chosen[key] = (record, store)
+        counts.append({"source": str(source), "records": len(records), "duplicates": duplicates})
+    if RunStore(plan.store_path).records():
+        raise UsageError(f"--out: {plan.store_path} already holds runs; merge into a new folder")
+    merged = []
+    target = RunStore(plan.store_path)
+    with target.lock():
+        (plan.out / "spectra").mkdir(parents=True, exist_ok=True)
+        for job in jobs:
+            if job.key not in chosen:
+                continue
+            record, store = chosen[job.key]
+            spectra = record["result"]["spectra_file"]
+            shutil.copyfile(store.parent / spectra, plan.out / spectra)
+            record = {**record, "params": {**record["params"], "out": str(plan.out)}, "merged_from": str(store)}
+            target.append(record)
+            merged.append(record)
+    summary = {"sources": counts, "merged": len(merged), "expected": len(jobs), "rel_tol": REL_TOL,
+               "volatile": VOLATILE}
+    lines = [f"### Merged store `{plan.store_path}`", "",
+             f"{len(merged)} of {len(jobs)} runs of the sweep; every record's identity recomputed; duplicates agree "
+             f"to {REL_TOL:g} relative (timings and engine aside).", "",
+             "| source | records | duplicates (agreeing, kept once) |", "|---|---|---|"]
+    lines += [f"| `{c['source']}` | {c['records']} | {c['duplicates']} |" for c in counts]
+    write_files(plan.out, f"merge_{plan.protocol}", summary, "\n".join(lines) + "\n")
+    return merged

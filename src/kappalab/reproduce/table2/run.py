@@ -100,7 +100,7 @@ class SweepPlan:
     probe_pairs: tuple[tuple[int, int], ...] = PROBE_PAIRS
     dataset: str = "mnist-subset"
     overrides: dict[str, Any] = field(default_factory=dict)
-    engine: str = "single"  #: "single" or "batched" (:mod:`.engine`; part of the identity off the CPU only)
+    engine: str = "single"  #: "single" or "batched" (:mod:`.engine`, which says when it is part of the identity)
 
     @property
     def store_path(self) -> Path:
@@ -122,7 +122,7 @@ class SweepPlan:
                     probe = (a, b) in self.probe_pairs and seed == self.seeds[0]
                     ident = identity(resolved, data, {"a": a, "b": b, "seed": seed, "pool": self.pool,
                                                       "device": self.device, "dtype": "float64", "probe": probe,
-                                                      **identity_options(self.engine, self.device)})
+                                                      **identity_options(self.engine, self.device, method)})
                     key = run_key(run_label(self.protocol, method, a, b, seed, self.epochs, self.pool), ident)
                     jobs.append(Job(key, {
                         "key": key, "identity": ident, "protocol": self.protocol, "method": method, "a": a,

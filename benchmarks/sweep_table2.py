@@ -18,7 +18,8 @@ takes steps, in the same process (``products_s``); ``train_s / products_s`` is t
 goal (<= 1.35) is about, ``total_s / products_s`` includes the finish.
 
 ``--check-single K``: also run the first K jobs through the single-run engine and report, per run, the relative
-difference of theta_I and of Eq. 15's numbers (engine agreement at full size), and the per-run time of each engine.
+difference of theta_I and of Eq. 15's numbers (engine agreement at full size), and the per-run time of each engine
+on those runs (a run's batched time is its share of its batch's): ``batched_over_single`` is their ratio.
 CUDA: timers synchronize the device; TF32 is off. The machine's float64 GEMM rate (a square GEMM) is reported too.
 """
 
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     immunize(tasks[0], warm, 0, args.device)
     train_s = finish_s = products_s = 0.0
     steps_total, results, data_spectra = 0, {}, {}
+    share: dict[int, float] = {}  # each run's share of its batch's training time
     start_all = time.perf_counter()
     done: list[int] = []
     for idx in batches:
@@ -166,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = immunize_batch([tasks[i] for i in idx], cfgs[method], [jobs[i][2] for i in idx], args.device)
         sync(args.device)
         train_s += time.perf_counter() - t
+        share.update({i: (time.perf_counter() - t) / len(idx) for i in idx})
         t = time.perf_counter()
         for i, run in zip(idx, runs):
             data = data_spectra.setdefault(jobs[i][1:], {n: feature_spectrum(getattr(tasks[i], f"X_{n[-1]}"))
@@ -206,12 +209,16 @@ def main(argv: list[str] | None = None) -> int:
             many, many_numbers = results[i][0], finish(tasks[i], results[i][0], "rir")
             rel = lambda x, y: float(np.max(np.abs(x - y)) / np.max(np.abs(y)))
             rows.append({"job": f"{method} {a}-{b} s{seed}", "single_train_s": single_train,
+                         "batched_train_s": share[i],
                          "theta_rel": rel(many.theta_I, one.theta_I),
                          "rir_rel": max(rel(np.array(many_numbers[k]), np.array(numbers[k]))
                                         for k in ("term_i", "term_ii", "rir"))})
             print(rows[-1], flush=True)
         out["check_single"] = rows
         out["per_run_train_single_s"] = float(np.mean([r["single_train_s"] for r in rows]))
+        # the same runs' shares of their batches: the engines' per-run training times, as a ratio in one run
+        out["batched_over_single"] = float(np.mean([r["batched_train_s"] for r in rows])) / \
+            out["per_run_train_single_s"]
     print(json.dumps({k: v for k, v in out.items() if k != "check_single"}, indent=1))
     if args.json:
         with open(args.json, "w") as f:

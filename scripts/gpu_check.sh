@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One command for a machine with CUDA: parity tests, the batched-step benchmarks and a Table 2 official-protocol
-# sweep with the batched engine, reported in docs/gpu.md.
+# One command for a machine with CUDA: parity tests, the batched-step benchmarks, a Table 2 official-protocol
+# sweep with the batched engine and the command line's batched, sharded and merged sweep, reported in docs/gpu.md.
 #
 #   scripts/gpu_check.sh [--device cuda|cpu] [--data subset|mnist] [--data-dir DIR] [--runs N] [--epochs E]
 #                        [--batch-size R] [--out FILE]
@@ -13,7 +13,11 @@
 #   3. sweep: benchmarks/sweep_table2.py (Table 2 official protocol, 1080 runs by default, Eq. 15 per run; the first
 #      CHECK_SINGLE (default 8) runs also through the single engine: agreement and per-run time), against its products' time. It starts no
 #      new batch after SWEEP_SECONDS (default 300, so that the whole check stays within 10 minutes); the report
-#      then gives the runs timed and the extrapolated time of the whole sweep.
+#      then gives the runs timed and the extrapolated time of the whole sweep;
+#   4. the command line: `kappalab reproduce table2 --engine batched --shard K/2` for K = 1, 2 into two stores,
+#      `--merge` of both, the same runs with `--engine single`, and `--compare-with` between the two: run-by-run
+#      differences of (i), (ii), RIR between the engines on the device (pairs CLI_PAIRS, default 0-1,7-3,4-9, seed
+#      0, CLI_EPOCHS epochs, default 2).
 #
 # Defaults: --device cuda, --data subset (the embedded 500-per-digit MNIST subset), all 1080 runs, batches of 256
 # runs on CUDA (64 on the CPU). Python: ${PYTHON:-.venv/bin/python}. Without CUDA, --device cuda stops at once with
@@ -26,6 +30,7 @@ PY=${PYTHON:-.venv/bin/python}
 DEVICE=cuda DATA=subset DATA_DIR="" RUNS="" EPOCHS="" BATCH="" OUT=docs/gpu.md
 SWEEP_SECONDS=${SWEEP_SECONDS:-300}  # the sweep starts no new batch after this; the rest is extrapolated
 CHECK_SINGLE=${CHECK_SINGLE:-8}  # the first runs also trained by the single engine (agreement, per-run time)
+CLI_PAIRS=${CLI_PAIRS:-0-1,7-3,4-9} CLI_EPOCHS=${CLI_EPOCHS:-2}  # step 4's runs (x 4 methods, seed 0)
 
 usage() { echo "gpu_check: $1 (usage: scripts/gpu_check.sh [--device cuda|cpu] [--data subset|mnist]" \
                "[--data-dir DIR] [--runs N] [--epochs E] [--batch-size R] [--out FILE])" >&2; exit 2; }
@@ -63,17 +68,17 @@ trap 'rm -rf "$WORK"' EXIT
 status=0
 start=$(date +%s)
 
-echo "== 1/3 parity tests ($DEVICE)"
+echo "== 1/4 parity tests ($DEVICE)"
 KAPPALAB_TEST_DEVICE=$DEVICE "$PY" -m pytest tests/test_cuda_parity.py tests/test_core_parity.py tests/test_batched.py \
     -q -rs -p no:cacheprovider >"$WORK/parity.txt" 2>&1 || status=1
 tail -n 25 "$WORK/parity.txt"
 
-echo "== 2/3 batched-step benchmarks ($DEVICE)"
+echo "== 2/4 batched-step benchmarks ($DEVICE)"
 "$PY" -m pytest benchmarks/test_bench_batched.py --benchmark-only --device "$DEVICE" -q -p no:cacheprovider \
     --benchmark-json "$WORK/bench.json" --benchmark-columns=min,mean,rounds >"$WORK/bench.txt" 2>&1 || status=1
 tail -n 30 "$WORK/bench.txt"
 
-echo "== 3/3 Table 2 sweep, official protocol, batched engine ($DEVICE, data $DATA)"
+echo "== 3/4 Table 2 sweep, official protocol, batched engine ($DEVICE, data $DATA)"
 sweep=(benchmarks/sweep_table2.py --device "$DEVICE" --data "$DATA" --batch-size "$BATCH" --finish rir
        --check-single "$CHECK_SINGLE" --max-seconds "$SWEEP_SECONDS" --json "$WORK/sweep.json")
 [ -z "$DATA_DIR" ] || sweep+=(--data-dir "$DATA_DIR")
@@ -81,6 +86,19 @@ sweep=(benchmarks/sweep_table2.py --device "$DEVICE" --data "$DATA" --batch-size
 [ -z "$EPOCHS" ] || sweep+=(--epochs "$EPOCHS")
 "$PY" "${sweep[@]}" >"$WORK/sweep.txt" 2>&1 || status=1
 tail -n 12 "$WORK/sweep.txt"
+
+echo "== 4/4 the command line: batched shards, merge, single engine, comparison ($DEVICE, data $DATA)"
+cli=("$PY" -m kappalab.cli reproduce table2 --protocol official --pairs "$CLI_PAIRS" --seeds 0 --epochs "$CLI_EPOCHS"
+     --no-probe --no-progress --device "$DEVICE")
+if [ "$DATA" = mnist ]; then cli+=(--data mnist); [ -z "$DATA_DIR" ] || cli+=(--data-dir "$DATA_DIR")
+else cli+=(--data mnist-subset); fi
+{ "${cli[@]}" --engine batched --batch-size "$BATCH" --shard 1/2 --out "$WORK/shard1" &&
+  "${cli[@]}" --engine batched --batch-size "$BATCH" --shard 2/2 --out "$WORK/shard2" &&
+  "${cli[@]}" --engine batched --merge "$WORK/shard1" "$WORK/shard2" --out "$WORK/merged" &&
+  "${cli[@]}" --engine single --out "$WORK/single" &&
+  "${cli[@]}" --engine batched --out "$WORK/merged" --report-only --compare-with "$WORK/single"
+} >"$WORK/cli.txt" 2>&1 || status=1
+tail -n 12 "$WORK/cli.txt"
 
 elapsed=$(( $(date +%s) - start ))
 "$PY" - "$WORK" "$OUT" "$DEVICE" "$DATA" "$status" "$elapsed" <<'EOF'
@@ -128,8 +146,9 @@ if sweep:
               f"(training + Eq. 15) / products = {sweep['total_over_products']:.2f}. All {sweep['runs']} runs at this "
               f"rate: {sweep['extrapolated_sweep_s']:.0f} s.", "",
               f"Per run: batched {sweep['per_run_train_batched_s']:.3f} s training"
-              + (f", single engine {sweep['per_run_train_single_s']:.3f} s" if "per_run_train_single_s" in sweep
-                 else "") + ".", ""]
+              + (f", single engine {sweep['per_run_train_single_s']:.3f} s (on the {len(sweep['check_single'])} "
+                 f"runs trained by both: batched / single = {sweep['batched_over_single']:.2f})"
+                 if "batched_over_single" in sweep else "") + ".", ""]
     if sweep.get("table"):
         lines += ["Medians over the runs (Eq. 15):", "", "| method | (i) | (ii) | RIR |", "|---|---|---|---|"]
         lines += [f"| {m} | {r['term_i']:.4g} | {r['term_ii']:.4g} | {r['rir']:.4g} |"
@@ -141,6 +160,19 @@ if sweep:
         lines += [f"| {r['job']} | {r['theta_rel']:.1e} | {r['rir_rel']:.1e} |" for r in sweep["check_single"]]
 else:
     lines += ["(no sweep results)", "", "```", tail("sweep.txt", 20), "```"]
+lines += ["", "## 4. The command line: batched shards, merge, comparison with the single engine", ""]
+merged, compared = read("merged/merge_official.json"), read("merged/reproducibility_official.json")
+if merged and compared:
+    lines += [f"`kappalab reproduce table2 --engine batched --shard K/2` for K = 1, 2, merged with `--merge`: "
+              f"{merged['merged']} of {merged['expected']} runs ({', '.join(str(s['records']) for s in merged['sources'])} "
+              f"per shard); the same runs with `--engine single`, compared run by run with `--compare-with` "
+              f"({compared['n_common']} runs; relative difference of each number, max over the runs):", "",
+              "| method | runs | (i) | (ii) | RIR |", "|---|---|---|---|---|"]
+    lines += [f"| {m} | {e['n']} | " + " | ".join(f"{e[c]['max']:.1e}" for c in ("term_i", "term_ii", "rir")) + " |"
+              for m, e in compared["per_method"].items()]
+    lines += ["", "```", tail("cli.txt", 8), "```"]
+else:
+    lines += ["(no command-line results)", "", "```", tail("cli.txt", 20), "```"]
 pathlib.Path(out).write_text("\n".join(lines) + "\n")
 print(f"gpu_check: wrote {out}")
 EOF

@@ -2,7 +2,8 @@
 
 ``kappalab reproduce table2 [--protocol paper|official] [--pairs a-b,...] [--seeds 0,1,2] [--methods ...]
 [--workers N] [--device cpu|cuda] [--data mnist-subset|mnist] [--out DIR] [--epochs E] [--quick]
-[--report-only] [--config FILE] [--set KEY=VALUE ...]``
+[--report-only] [--engine auto|single|batched] [--batch-size R] [--shard K/N] [--merge DIR ...] [--config FILE]
+[--set KEY=VALUE ...]``
 
 One run = (protocol, method, pair (a, b), seed): D_P = images of digit ``a``, D_H = images of digit ``b``
 (:func:`kappalab.data.mnist.digit_pair`, capped at the smaller count by seeded sampling). Labels: D_P all 0 (the
@@ -17,8 +18,10 @@ model. The report (markdown, CSV, JSON, Figure 2 PNG+PDF) is rebuilt from the re
 
 Modules: :mod:`.constants` (names, pairs, the paper's reference numbers), :mod:`.data` (MNIST pairs, configs, data
 identity), :mod:`.spectra` (spectra and kappa / Eq. 15 from them), :mod:`.probe` (the independent probing
-measure), :mod:`.run` (the worker and the sweep plan), :mod:`.tally` / :mod:`.figure` (Figure 2),
-:mod:`.report` (tables, markdown, store comparison), :mod:`.cli` (the command).
+measure), :mod:`.run` (prepare / immunize / finish of one run, and the sweep plan), :mod:`.engine` (single or
+batched engine: the rule, the identity, the batched sweep), :mod:`.merge` (shard stores checked and merged),
+:mod:`.tally` / :mod:`.figure` (Figure 2), :mod:`.report` (tables, markdown, store comparison), :mod:`.cli` (the
+command).
 """
 
 from .cli import build_parser, check_store, main, plan_from_args, select_records, spectral_route

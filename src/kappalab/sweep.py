@@ -17,6 +17,10 @@ module-level function ``worker(params) -> dict``. :func:`run_sweep`
 * on Ctrl-C stops every worker (pool processes ignore SIGINT; the parent terminates them) and raises
   :class:`SweepInterrupted`, which says how many runs are stored; running the same command again resumes.
 
+:func:`run_batched_sweep` does the same for an engine that trains many runs at once (one call, in this process,
+each run stored as soon as it is finished), and :func:`shard_jobs` splits a sweep deterministically into N disjoint
+parts, so that any scheduler (a job array, one process per device) runs each part into its own store.
+
 A worker that raises stops the sweep: the pool is terminated, the records of the jobs that finished before are
 kept, and :class:`SweepError` names the failing key; fixing the cause and running again resumes. Large arrays
 belong in files the worker writes itself (e.g. :func:`kappalab.results.save_array` under a folder passed in

@@ -1,4 +1,5 @@
-"""One Table 2 run (the sweep's worker) and the plan of a sweep: which runs, under which keys."""
+"""One Table 2 run (prepare, immunize, finish: the single engine's worker; the batched engine shares prepare and
+finish) and the plan of a sweep: which runs, under which keys."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from .data import data_identity, mnist_task, table2_config
 from .probe import probe_measures
 from .spectra import SPECTRA_METHOD, data_spectra, rir_from_spectra, rtol_sensitivity, run_spectra
 
+if TYPE_CHECKING:
+    from kappalab.immunization import ImmunizationRun, LinearTask, MethodConfig
+
 
 def run_label(protocol: str, method: str, a: int, b: int, seed: int, epochs: int, pool: int = 1) -> str:
     """The readable part of a run's key (the key adds the identity hash; records written before run identities
@@ -25,13 +29,13 @@ def run_label(protocol: str, method: str, a: int, b: int, seed: int, epochs: int
     return f"{protocol}.{method}.{a}-{b}.s{seed}.e{epochs}" + ("" if pool == 1 else f".p{pool}")
 
 
-def config_of(params: dict[str, Any]):
+def config_of(params: dict[str, Any]) -> MethodConfig:
     """A job's resolved config (its protocol and method, the plan's overrides and epochs)."""
     return _config(params["protocol"], params["method"], tuple(sorted(params["overrides"].items(), key=str)),
                    int(params["epochs"]))
 
 
-def prepare(params: dict[str, Any]):
+def prepare(params: dict[str, Any]) -> LinearTask:
     """What both engines train on: the job's :class:`~kappalab.immunization.LinearTask` (its pair and seed), checked
     against its config (:func:`config_of`)."""
     cfg = config_of(params)
@@ -43,7 +47,8 @@ def prepare(params: dict[str, Any]):
     return task
 
 
-def finish(params: dict[str, Any], task, run, train_s: float, engine: str) -> dict[str, Any]:
+def finish(params: dict[str, Any], task: LinearTask, run: ImmunizationRun, train_s: float, engine: str
+           ) -> dict[str, Any]:
     """What both engines do after training: store the run's spectra, evaluate it, probe it (when asked); returns
     the record's ``result``, which names the ``engine`` that trained it (``train_s``: its training time; a batch's
     time divided by its runs)."""
@@ -74,7 +79,7 @@ def finish(params: dict[str, Any], task, run, train_s: float, engine: str) -> di
 
 
 def run_one(params: dict[str, Any]) -> dict[str, Any]:
-    """Sweep worker of the single engine: :func:`prepare`, immunize the one pair, :func:`finish`."""
+    """Sweep worker of the single engine: :func:`prepare`, immunize the one run, :func:`finish`."""
     from kappalab.immunization import immunize
 
     limit_threads(int(params.get("threads", 1)))

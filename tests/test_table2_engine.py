@@ -81,6 +81,24 @@ def test_engines_give_the_same_records_where_the_identity_says_so(stores) -> Non
                 assert abs(a - b) <= 1e-10 * abs(b), (key, name, a, b)
 
 
+def test_the_auto_rule_and_the_identity_rule() -> None:
+    """auto: batched only for the official protocol on CUDA with fewer batch rows than features; the engine enters
+    a run's identity only for the batched engine's IMMA on the CPU and for every batched run off it."""
+    from kappalab.reproduce.table2.engine import choose_engine, identity_options
+
+    parse = table2.build_parser().parse_args
+    plan = lambda *args: table2.plan_from_args(parse(["--data", "mnist-subset", *args]))
+    assert plan("--device", "cuda").engine == "batched"  # the rule only; no CUDA is needed to plan
+    for args in ((), ("--protocol", "paper", "--device", "cuda"), ("--pool", "4", "--device", "cuda")):
+        assert plan(*args).engine == "single", args
+    assert choose_engine("auto", plan("--pool", "4", "--device", "cuda"))[1].endswith("batch_size 64 >= D = 49")
+    for method in table2.METHODS:
+        assert identity_options("single", "cpu", method) == identity_options("single", "cuda", method) == {}
+        assert identity_options("batched", "cuda:1", method) == {"engine": "batched"}
+        assert identity_options("batched", "cpu", method) == ({} if method in ENGINE_FREE else {"engine": "batched"})
+    assert set(ENGINE_FREE) == set(table2.METHODS) - {"imma"}
+
+
 def test_a_sweep_resumes_across_engines(stores, tmp_path: Path) -> None:
     """A store of the single engine, resumed by the batched engine, redoes nothing that is the same run: only
     IMMA's two runs (another identity) are added."""

@@ -170,7 +170,7 @@ if merged and compared:
               "| method | runs | (i) | (ii) | RIR |", "|---|---|---|---|---|"]
     lines += [f"| {m} | {e['n']} | " + " | ".join(f"{e[c]['max']:.1e}" for c in ("term_i", "term_ii", "rir")) + " |"
               for m, e in compared["per_method"].items()]
-    lines += ["", "```", tail("cli.txt", 8), "```"]
+    lines += ["", "```", tail("cli.txt", 8).replace(str(work), "WORK"), "```"]
 else:
     lines += ["(no command-line results)", "", "```", tail("cli.txt", 20), "```"]
 pathlib.Path(out).write_text("\n".join(lines) + "\n")

@@ -167,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         runs = immunize_batch([tasks[i] for i in idx], cfgs[method], [jobs[i][2] for i in idx], args.device)
         sync(args.device)
-        train_s += time.perf_counter() - t
-        share.update({i: (time.perf_counter() - t) / len(idx) for i in idx})
+        seconds = time.perf_counter() - t
+        train_s += seconds
+        share.update({i: seconds / len(idx) for i in idx})
         t = time.perf_counter()
         for i, run in zip(idx, runs):
             data = data_spectra.setdefault(jobs[i][1:], {n: feature_spectrum(getattr(tasks[i], f"X_{n[-1]}"))

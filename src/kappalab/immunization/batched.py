@@ -11,11 +11,14 @@ Each run keeps its own seed: its parameters are drawn by the protocol's ``init_p
 order by its own generator (seed + 1), exactly as :func:`~kappalab.immunization.immunize` draws them, and it gets
 its own :class:`~kappalab.immunization.ImmunizationRun`. On the CPU the batched kernels compute each run's slice
 with the same operations as the single-run kernels (batched matmul, Cholesky, ``eigvalsh``, fused Adam: measured
-bitwise equal), so the two engines agree run by run to the last bit there (``tests/test_batched.py``); on CUDA the
+bitwise equal), so the two engines agree run by run to the last bit there for Ours, R_ill Only and Opt kappa
+(``tests/test_batched.py``). IMMA's supervised loss is ``Phi @ w`` for one run (the rounding of Table 1's records)
+and a product and a sum for a stack, so its runs agree to ~1e-12 relative in theta_I, not bitwise. On CUDA the
 batched kernels may round differently.
 
-Scope: the official protocol on the ``features`` route (Table 2's configs), the four methods. A batch holds one
-config (one method) and tasks of equal shapes; :func:`group_batches` forms such batches from a list of jobs.
+Scope: the official protocol on the ``features`` route (Table 2's configs) with minibatches of fewer rows than
+features (:func:`unsupported`), the four methods. A batch holds one config (one method) and tasks of equal shapes;
+:func:`group_batches` forms such batches from a list of jobs.
 """
 
 from __future__ import annotations

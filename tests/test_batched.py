@@ -6,8 +6,9 @@ and seeds per batch, all four methods. Compared per run: theta_I, the bias, the 
 history entry (each term's value per epoch, the whole-task kappa(H_P), kappa(H_H)) and the numbers Table 2 reports
 from a run (Eq. 15's (i), (ii), RIR from the squared singular values of the features). Bound: 1e-10 relative
 (float64). On the CPU the two engines run the same kernels on each run's slice (measured: equal to the last bit
-for all four methods, here and at full size), so the bound is the issue's, with room for another BLAS build, and
-still fails on any cross-run leak or misordered batch (O(1) differences).
+for Ours, R_ill Only and Opt kappa, here and at full size; IMMA to ~1e-12 in theta_I, since its single-run task
+loss is ``Phi @ w`` and a stack's a product and a sum), so the bound is the issue's, with room for another BLAS
+build, and still fails on any cross-run leak or misordered batch (O(1) differences).
 
 What is not stable under rounding, and is therefore not compared to 1e-10: the official "shifted" kappa of a
 D x D matrix whose null eigenvalues round around the shift (the dense rule keeps whichever of them round above

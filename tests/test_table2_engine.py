@@ -99,6 +99,24 @@ def test_the_auto_rule_and_the_identity_rule() -> None:
     assert set(ENGINE_FREE) == set(table2.METHODS) - {"imma"}
 
 
+@pytest.mark.parametrize("method", ["imma", "ours"])
+def test_the_batch_size_changes_no_bit(method: str) -> None:
+    """Why the batch size is not part of a run's identity: a run trained alone (R = 1) and in a batch of 3 (other
+    pairs and seeds beside it) gives the same theta_I, bias and head, bit for bit, on the CPU; IMMA included, whose
+    batched runs differ from its single ones by rounding."""
+    from kappalab.immunization.batched import immunize_batch
+
+    cfg = table2.table2_config("official", method).replace(epochs=1)
+    jobs = (((0, 1), 0), ((7, 3), 1), ((0, 1), 2))
+    tasks = [table2.mnist_task(a, b, seed, None, 2, "mnist-subset") for (a, b), seed in jobs]
+    seeds = [seed for _, seed in jobs]
+    together = immunize_batch(tasks, cfg, seeds)
+    for task, seed, many in zip(tasks, seeds, together):
+        alone = immunize_batch([task], cfg, [seed])[0]
+        for name in ("theta_I", "bias", "head"):
+            assert np.array_equal(getattr(alone, name), getattr(many, name)), (seed, name)
+
+
 def test_a_sweep_resumes_across_engines(stores, tmp_path: Path) -> None:
     """A store of the single engine, resumed by the batched engine, redoes nothing that is the same run: only
     IMMA's two runs (another identity) are added."""

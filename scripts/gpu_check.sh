@@ -167,8 +167,8 @@ lines += ["", "## 4. The command line: batched shards, merge, comparison with th
 merged, compared = read("merged/merge_official.json"), read("merged/reproducibility_official.json")
 if merged and compared:
     lines += [f"`kappalab reproduce table2 --engine batched --shard K/2` for K = 1, 2, merged with `--merge`: "
-              f"{merged['merged']} of {merged['expected']} runs ({', '.join(str(s['records']) for s in merged['sources'])} "
-              f"per shard); the same runs with `--engine single`, compared run by run with `--compare-with` "
+              f"{merged['merged']} of {merged['expected']} runs "
+              f"({', '.join(str(s['records']) for s in merged['sources'])} per shard); the same runs with `--engine single`, compared run by run with `--compare-with` "
               f"({compared['n_common']} runs; relative difference of each number, max over the runs):", "",
               "| method | runs | (i) | (ii) | RIR |", "|---|---|---|---|---|"]
     lines += [f"| {m} | {e['n']} | " + " | ".join(f"{e[c]['max']:.1e}" for c in ("term_i", "term_ii", "rir")) + " |"

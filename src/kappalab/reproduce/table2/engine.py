@@ -8,10 +8,11 @@ the same but for its timings and the ``engine`` it names.
 
 ``--engine auto`` (the default) picks ``batched`` where it applies and pays: every method's config is one the
 batched engine implements (the official protocol on the ``features`` route, with minibatches of fewer rows than
-features: not ``--pool 4``; :func:`kappalab.immunization.batched.unsupported`) AND the device is CUDA. On the CPU it picks ``single``: torch's
-CPU batched matmul is slower than one product per run (measured: batched steps reach 0.32-0.40 of the float64
-GEMM rate on 2 loaded cores, a 16-run slice trains in 2.18x its products' time; ``benchmarks/sweep_table2.py``
-times both engines per run). The command prints which engine ran and why.
+features, so not ``--pool 4``: :func:`kappalab.immunization.batched.unsupported`) AND the device is CUDA. On the
+CPU it picks ``single``: torch's CPU batched matmul is slower than one product per run (measured on 2 loaded
+cores: batched steps at 0.32-0.40 of the float64 GEMM rate; per run, batched / single training time = 1.07 on the
+subset's first 16 jobs at 2 epochs and 1.17 on 2 runs at 1 epoch, ``benchmarks/sweep_table2.py --check-single``,
+docs/benchmarks.md). The command prints which engine ran and why.
 
 Identity: the engine is left out of a run's identity only where the two engines are shown to give the same record.
 The single engine adds nothing (it is the reference: its keys are those of earlier stores). The batched engine adds

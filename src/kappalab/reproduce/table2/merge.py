@@ -124,8 +124,9 @@ def merge_stores(plan: "SweepPlan", jobs: list[Job], sources: list[Path]) -> lis
             if key in chosen:
                 first, first_store = chosen[key]
                 strip = lambda r: {k: v for k, v in r["result"].items() if k not in VOLATILE}
-                diff = difference(strip(first), strip(record)) or spectra_difference(
-                    first_store.parent / first["result"]["spectra_file"], store.parent / record["result"]["spectra_file"])
+                spectra = lambda r, at: at.parent / r["result"]["spectra_file"]
+                diff = difference(strip(first), strip(record)) or spectra_difference(spectra(first, first_store),
+                                                                                     spectra(record, store))
                 if diff is not None:
                     raise UsageError(f"--merge: run {key} is in {first_store} and {store} with different results "
                                      f"(first at {diff}): a conflicting duplicate")

@@ -222,8 +222,15 @@ def test_every_misuse_is_one_line_and_status_2(stores, tmp_path: Path, capsys) -
     def bump_lambda(r):
         r["identity"]["config"]["lambda_H"] *= 2
 
+    def drop_pair(r):
+        del r["params"]["a"]
+
     conflict = _edited_copy(stores["shard1"], tmp_path / "conflict", bump_rir)
     mismatch = _edited_copy(stores["shard1"], tmp_path / "mismatch", bump_lambda)
+    incomplete = _edited_copy(stores["shard1"], tmp_path / "incomplete", drop_pair)
+    corrupt = _edited_copy(stores["shard1"], tmp_path / "corrupt", lambda r: None)
+    with open(corrupt / "runs_official.jsonl", "a") as handle:
+        handle.write("{not json\n")
     foreign = tmp_path / "foreign"  # another sweep: 2 epochs
     assert table2.main(QUICK + ["--methods", "ours", "--pairs", "0-1", "--epochs", "2", "--out", str(foreign)]) == 0
     t2 = ["reproduce", "table2", *QUICK]
@@ -244,6 +251,8 @@ def test_every_misuse_is_one_line_and_status_2(stores, tmp_path: Path, capsys) -
         "merge conflict": (merge + [str(conflict), "--out", str(tmp_path / "m3")], "conflicting duplicate"),
         "merge mismatch": (t2 + ["--merge", str(mismatch), "--out", str(tmp_path / "m4")], "does not match"),
         "merge foreign": (merge + [str(foreign), "--out", str(tmp_path / "m5")], "foreign identity"),
+        "merge incomplete": (t2 + ["--merge", str(incomplete), "--out", str(tmp_path / "m6")], "incomplete record"),
+        "merge corrupt": (t2 + ["--merge", str(corrupt), "--out", str(tmp_path / "m7")], "not valid JSON"),
         "merge into a store": (merge + ["--out", str(stores["shard2"])], "--out"),
     }
     in_process = {name: case for name, case in cases.items() if name not in FRESH}
@@ -261,6 +270,6 @@ def test_every_misuse_is_one_line_and_status_2(stores, tmp_path: Path, capsys) -
         lines = stderr.strip().splitlines()
         assert code == 2 and len(lines) == 1 and "Traceback" not in stderr, (name, code, stderr[-2000:])
         assert cases[name][1] in lines[0], (name, lines[0])
-    for name in ("m1", "m2", "m3", "m4", "m5"):  # refused before anything was written
+    for name in ("m1", "m2", "m3", "m4", "m5", "m6", "m7"):  # refused before anything was written
         assert not (tmp_path / name / "runs_official.jsonl").exists(), name
     assert len(_store(stores["shard2"])) == 4

@@ -87,10 +87,19 @@ def spectra_difference(first: Path, second: Path) -> str | None:
 
 
 def _check(record: dict[str, Any], store: Path, keys: set[str]) -> None:
+    """Refuse (one line) a record of ``store`` whose identity, membership or spectra do not hold up."""
     key = record.get("key")
     where = f"--merge: {store}: run {key}"
     if "identity" not in record:
         raise UsageError(f"{where} was written before run identities; such stores cannot be merged")
+    try:
+        _check_complete(record, store, keys, where)
+    except (KeyError, TypeError, AttributeError) as error:
+        raise UsageError(f"{where}: an incomplete record ({type(error).__name__}: {error})") from None
+
+
+def _check_complete(record: dict[str, Any], store: Path, keys: set[str], where: str) -> None:
+    key = record["key"]
     again = recomputed_key(record)
     if again != key:
         raise UsageError(f"{where}: its key does not match its identity (recomputed {again})")
@@ -116,7 +125,10 @@ def merge_stores(plan: "SweepPlan", jobs: list[Job], sources: list[Path]) -> lis
             raise UsageError(f"--merge: {source} is not a folder")
         if not store.is_file():
             raise UsageError(f"--merge: no store {store}")
-        records = RunStore(store).records()
+        try:
+            records = RunStore(store).records()
+        except ValueError as error:  # a line that is not JSON
+            raise UsageError(f"--merge: {error}") from None
         duplicates = 0
         for record in records:
             _check(record, store, keys)
@@ -124,9 +136,9 @@ def merge_stores(plan: "SweepPlan", jobs: list[Job], sources: list[Path]) -> lis
             if key in chosen:
                 first, first_store = chosen[key]
                 strip = lambda r: {k: v for k, v in r["result"].items() if k not in VOLATILE}
-                spectra = lambda r, at: at.parent / r["result"]["spectra_file"]
-                diff = difference(strip(first), strip(record)) or spectra_difference(spectra(first, first_store),
-                                                                                     spectra(record, store))
+                path = lambda r, at: at.parent / r["result"]["spectra_file"]
+                diff = difference(strip(first), strip(record)) or spectra_difference(path(first, first_store),
+                                                                                     path(record, store))
                 if diff is not None:
                     raise UsageError(f"--merge: run {key} is in {first_store} and {store} with different results "
                                      f"(first at {diff}): a conflicting duplicate")

@@ -141,7 +141,7 @@ def test_committed_store_rows_recompute_from_theta(folder):
     report = json.loads((out / f"{stem}.json").read_text())
     store = {r["key"]: r for r in RunStore(out / "runs_official.jsonl").records()}
     task = _stored_task(out, report["meta"]["data"])
-    assert {(r["method"], r["seed"]) for r in store.values()} == \
+    assert {(r["result"]["method"], r["result"]["seed"]) for r in store.values()} == \
         {(m, s) for m in ("rill_only", "imma", "opt_kappa", "ours") for s in range(5)}
     for key, rec in store.items():
         r = rec["result"]
@@ -161,5 +161,40 @@ def test_committed_store_rows_recompute_from_theta(folder):
         assert s["pinv"]["rir"][0] == pytest.approx(np.mean(rir), rel=1e-12)
         assert s["pinv"]["rir"][1] == pytest.approx(np.std(rir, ddof=1), rel=1e-12)
     md = (out / f"{stem}.md").read_text()
-    tables = lambda text: text.split("## Sensitivity")[0]  # the header and both kappa definitions' rows
+    tables = lambda text: text.split("## kappa definition", 1)[1].split("## Sensitivity")[0]  # both definitions' rows
     assert tables(markdown(summarize(runs), report["meta"])) == tables(md)
+
+
+#: the side-by-side table of docs/reproduction/table1.md: (processes, epochs) -> committed store (the 1-process,
+#: 10-epoch store is the earlier flat layout, runs.jsonl with the results at the top level)
+SIDE_BY_SIDE = {(1, 10): ("official", "runs.jsonl"), (2, 10): ("official_ddp2", "runs_official.jsonl"),
+                (1, 1000): ("official_e1000_trajectory", "runs_official.jsonl"),
+                (2, 1000): ("official_ddp2_e1000", "runs_official.jsonl")}
+
+
+def side_by_side_rows() -> list[str]:
+    """The rows of table1.md's 1- vs 2-process table, recomputed from the stores' run records: per method, then
+    per (epochs, processes), the pinv (i), (ii), RIR and the shifted RIR (mean ± std over the seeds)."""
+    from kappalab.reproduce.table1 import LABELS, ORDER
+    from kappalab.results import format_mean_std, mean_std
+
+    runs = {}
+    for cell, (folder, name) in SIDE_BY_SIDE.items():
+        records = [json.loads(line) for line in (STORES / folder / name).open()]
+        runs[cell] = [rec.get("result", rec) for rec in records]
+    rows = []
+    for method in ORDER:
+        for processes, epochs in sorted(SIDE_BY_SIDE, key=lambda c: (c[1], c[0])):
+            rs = sorted((r for r in runs[processes, epochs] if r["method"] == method), key=lambda r: r["seed"])
+            assert [r["seed"] for r in rs] == [0, 1, 2, 3, 4] and {r["epochs"] for r in rs} == {epochs}
+            cells = [mean_std([r["evaluation"][d][k] for r in rs]) for d, k in
+                     (("pinv", "term_i"), ("pinv", "term_ii"), ("pinv", "rir"), ("shifted", "rir"))]
+            rows.append(f"| {LABELS[method]} | {epochs} | {processes} | "
+                        + " | ".join(format_mean_std(*c) for c in cells) + " |")
+    return rows
+
+
+def test_table1_md_side_by_side_rows_are_the_stores():
+    text = (ROOT / "docs" / "reproduction" / "table1.md").read_text()
+    for row in side_by_side_rows():
+        assert row in text, row

@@ -8,6 +8,8 @@ Reads the runs of one ``--out`` folder (each with ``runs/<key>/trajectory.npz``)
 * ``selection.md``: the same as tables, next to the paper's Table 1 (a reference only);
 * ``trajectories_lr<eta>.png`` / ``.pdf``: RIR and (ii) against epochs for every method and seed.
 
+Runs of ``--processes N`` write ``selection_ddp<N>.*`` and ``trajectories_ddp<N>_lr<eta>.*`` instead.
+
 Variants (:data:`VARIANTS`): ``paper`` selects and reports on all rows (what App. C.2 describes), ``validation``
 selects on the validation half and reports on the held-out half, ``test_on_test`` selects and reports on the
 held-out half: ``test_on_test - validation`` is the selection's own optimism on the same rows, ``paper -

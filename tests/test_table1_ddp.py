@@ -198,3 +198,25 @@ def test_table1_md_side_by_side_rows_are_the_stores():
     text = (ROOT / "docs" / "reproduction" / "table1.md").read_text()
     for row in side_by_side_rows():
         assert row in text, row
+
+
+def test_watched_runs_are_the_unwatched_ones():
+    """--trajectory only watches: the 1-process 1000-epoch Ours runs with trajectories have exactly the numbers of
+    the earlier store made without them, and epoch 10 of every 1000-epoch trajectory is the 10-epoch store's run
+    (1 and 2 processes)."""
+    earlier = {r["seed"]: r for r in map(json.loads, (STORES / "official_e1000" / "runs.jsonl").open())}
+    watched = [json.loads(line)["result"] for line in (STORES / "official_e1000_trajectory" / "runs_official.jsonl").open()]
+    ours = [r for r in watched if r["method"] == "ours"]
+    assert len(ours) == 5
+    for r in ours:
+        assert r["evaluation"]["pinv"] == earlier[r["seed"]]["evaluation"]["pinv"], r["seed"]
+    for long, short in (("official_e1000_trajectory", ("official", "runs.jsonl")),
+                        ("official_ddp2_e1000", ("official_ddp2", "runs_official.jsonl"))):
+        ten = {(r["method"], r["seed"]): r for r in
+               (rec.get("result", rec) for rec in map(json.loads, (STORES / short[0] / short[1]).open()))}
+        for rec in map(json.loads, (STORES / long / "runs_official.jsonl").open()):
+            r = rec["result"]
+            with np.load(STORES / long / r["files"]["trajectory"]) as z:
+                assert int(z["epoch"][10]) == 10
+                rir = float(z["full.rir"][10])
+            assert rir == pytest.approx(ten[r["method"], r["seed"]]["evaluation"]["pinv"]["rir"], rel=1e-6), rec["key"]

@@ -115,7 +115,8 @@ def test_official_trajectory_reads_each_epoch_end(processes):
     cfg = table1_config("official", "ours")
     train = (lambda c, obs: dp.immunize_data_parallel(task, c, 0, world_size=2, observer=obs)) if processes == 2 \
         else (lambda c, obs: immunize(task, c, 0, observer=obs))
-    steps = dp.steps_per_epoch(task, cfg, 2) if processes == 2 else 3
+    steps = 1 if processes == 2 else 3  # 200 pairs: shards of 100 -> one 64-row batch; one process: 200 // 64
+    assert dp.steps_per_epoch(task, cfg, 2) == 1
     long = TrajectoryRecorder(task, steps, bias=True)
     train(cfg.replace(epochs=4), long)
     assert long.epochs == [0, 1, 2, 3, 4]

@@ -199,7 +199,7 @@ def test_committed_selection_recomputes_from_the_trajectories():
 
 @pytest.mark.parametrize("argv, message", [
     (["--lrs", "0"], "--lrs"), (["--lrs", "0.01", "0.01"], "--lrs: repeated"),
-    (["--trajectory", "--protocol", "official"], "--trajectory/--selection"),
+    (["--processes", "2", "--protocol", "paper"], "--processes 2"),
     (["--selection", "best"], "--selection"), (["--methods", "opt_kappa_cubed"], "--methods"),
 ])
 def test_cli_errors_are_one_line(capsys, argv, message):

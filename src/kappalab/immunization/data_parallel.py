@@ -111,10 +111,12 @@ def allreduce_average(world_size: int) -> Average:
 
 
 def train(task: LinearTask, cfg: MethodConfig, seed: int, world_size: int | None, average: Average,
-          sampler_seed: int = 0, device: str = "cpu") -> ImmunizationRun:
+          sampler_seed: int = 0, device: str = "cpu",
+          observer: Callable[[int, Params], None] | None = None) -> ImmunizationRun:
     """The data-parallel training loop. ``world_size``: emulate that many ranks in this process; None: this
     process is one rank of an initialized process group. ``average`` turns the gradients of one tensor computed
-    here (one per emulated rank, or this rank's) into the averaged gradient."""
+    here (one per emulated rank, or this rank's) into the averaged gradient. ``observer(step, params)``: as in
+    :func:`kappalab.immunization.methods.train` (before the first step, then after every averaged step)."""
     if cfg.protocol != "official" or cfg.batch_size is None:
         raise ValueError(f"cfg must be an official-protocol config with a batch_size, got protocol "
                          f"{cfg.protocol!r} and batch_size {cfg.batch_size!r}")
@@ -126,6 +128,8 @@ def train(task: LinearTask, cfg: MethodConfig, seed: int, world_size: int | None
     opt = torch.optim.Adam(p.all(), lr=cfg.eta, betas=tuple(cfg.get("adam_betas", (0.9, 0.999))),
                            eps=float(cfg.get("adam_eps", 1e-8)), **fused)
     kappas, monitored, n_steps, start = [], [], 0, time.perf_counter()
+    if observer is not None:
+        observer(0, p)
     for epoch in range(1, cfg.epochs + 1):
         for indices in rank_batches(n_pairs, world_size, cfg.batch_size, epoch - 1, sampler_seed,
                                     bool(cfg.get("shuffle", True))):
@@ -134,6 +138,8 @@ def train(task: LinearTask, cfg: MethodConfig, seed: int, world_size: int | None
                 param.grad = average([g.get(id(param)) for g in per_rank], param)
             opt.step()
             n_steps += 1
+            if observer is not None:
+                observer(n_steps, p)
         if epoch % monitor_every == 0 or epoch == cfg.epochs:
             kappas.append(proto.monitor(p))
             monitored.append(epoch)
@@ -148,7 +154,8 @@ def train(task: LinearTask, cfg: MethodConfig, seed: int, world_size: int | None
 
 
 def immunize_data_parallel(task: LinearTask, cfg: MethodConfig, seed: int, world_size: int = 2,
-                           sampler_seed: int = 0, float32: bool = True, device: str = "cpu") -> ImmunizationRun:
+                           sampler_seed: int = 0, float32: bool = True, device: str = "cpu",
+                           observer: Callable[[int, Params], None] | None = None) -> ImmunizationRun:
     """Emulate a ``world_size``-process DDP run of the official protocol (module docstring) in one process.
 
     Args:
@@ -159,9 +166,18 @@ def immunize_data_parallel(task: LinearTask, cfg: MethodConfig, seed: int, world
         sampler_seed: the DistributedSampler's seed (Lightning: ``PL_GLOBAL_SEED``, 0 when unset).
         float32: round the inputs to float32 first (:func:`float32_inputs`).
         device: torch device.
+        observer: called with ``(step, params)`` before the first step and after every step (:func:`train`).
     """
     task = float32_inputs(task) if float32 else task
-    return train(task, cfg, seed, world_size, local_average(world_size), sampler_seed, device)
+    return train(task, cfg, seed, world_size, local_average(world_size), sampler_seed, device, observer)
+
+
+def steps_per_epoch(task: LinearTask, cfg: MethodConfig, world_size: int, sampler_seed: int = 0) -> int:
+    """Optimizer steps per epoch of :func:`immunize_data_parallel` (every rank takes the same number; Table 1 with
+    2 ranks: 1). Raises ValueError when a rank's shard is smaller than one batch."""
+    if cfg.batch_size is None:
+        raise ValueError("cfg.batch_size is None: the data-parallel run is minibatched (official protocol)")
+    return len(rank_batches(paired_rows(task), world_size, cfg.batch_size, 0, sampler_seed))
 
 
 def distributed_rank(rank: int, world_size: int, init_method: str, task: LinearTask, cfg: MethodConfig, seed: int,

@@ -12,6 +12,11 @@ Writes into ``--out`` (default ``results/table1``; several protocols and configs
 * ``table1_<protocol>.json`` (every run's record and the summary), ``.md``, ``.csv`` (mean +- std next to the
   paper's numbers, labelled reference) and ``figure1_<protocol>.png`` / ``.pdf``.
 
+``--processes N`` (official protocol) trains each run as the shipped config's N-process data-parallel run
+(:func:`kappalab.immunization.data_parallel.immunize_data_parallel`, an exact one-process emulation); N is part of
+the run's identity and label (``...e<epochs>.p<N>.<hash>``) and the reports carry ``_ddp<N>`` in their names, so
+1- and N-process runs share an ``--out`` without reusing each other.
+
 Config: the shipped ``table1_<protocol>_<method>.json`` (:mod:`kappalab.configs`); ``--config FILE`` (a JSON object
 of overrides) and ``--set KEY=VALUE`` change values for every method, ``--set ours.lambda_H=1e8`` for one.
 """
@@ -76,6 +81,9 @@ def build_parser() -> Parser:
     ap.add_argument("--lrs", type=positive_float, nargs="+", default=None,
                     help="Adam learning rates, one run per lr x method x seed (default: the config's eta; "
                          "App. C.2's grid: 0.0005 0.001 0.005 0.01)")
+    ap.add_argument("--processes", type=positive_int, default=1,
+                    help="--protocol official: emulate the shipped N-process data-parallel run (the shipped "
+                         "config: 2; default 1 = the engine's one-process run)")
     ap.add_argument("--trajectory", action="store_true",
                     help="record (i), (ii), RIR, loss_P, fit_P per epoch (kappalab.immunization.trajectory)")
     ap.add_argument("--selection", choices=SELECTIONS, default="none",
@@ -106,9 +114,9 @@ def parse_args(argv: Sequence[str]):
     check_device(args.device)
     args.lrs = unique(args.lrs, "--lrs") if args.lrs is not None else None
     args.trajectory = args.trajectory or args.selection != "none"
-    if args.trajectory and args.protocol != "paper":
-        raise UsageError("--trajectory/--selection: implemented for --protocol paper (full batch, one step per "
-                         "epoch) only")
+    if args.processes > 1 and args.protocol != "official":
+        raise UsageError(f"--processes {args.processes}: the data-parallel run is the official protocol's shipped "
+                         f"config (minibatches, paired rows); --protocol {args.protocol} runs in one process")
     return args
 
 
@@ -159,16 +167,48 @@ def config_of(protocol: str, name: str, overrides: dict[str, Any]):
     return load_config(f"table1_{protocol}_{name}", overrides)
 
 
+def steps_per_epoch(task, cfg, processes: int) -> int:
+    """Optimizer steps per epoch: the engine's batches (one full batch under the paper protocol), or the
+    ``processes``-rank data-parallel run's (:func:`kappalab.immunization.data_parallel.steps_per_epoch`).
+    ValueError when a rank's shard holds less than one batch."""
+    import torch
+
+    from kappalab.immunization import data_parallel
+    from kappalab.immunization.protocols import make_protocol
+
+    if processes > 1:
+        return data_parallel.steps_per_epoch(task, cfg, processes)
+    return 1 if cfg.batch_size is None else len(make_protocol(task, cfg, "cpu").epoch_order(torch.Generator()))
+
+
+def emulation(processes: int, task, cfg) -> dict[str, Any] | None:
+    """The record's description of an N-process run (None for one process)."""
+    if processes == 1:
+        return None
+    return {"function": "kappalab.immunization.data_parallel.immunize_data_parallel", "world_size": processes,
+            "sampler": "torch DistributedSampler, seed 0, paired (D_P, D_H) rows", "float32_inputs": True,
+            "gradients": "mean over ranks", "steps_per_epoch": steps_per_epoch(task, cfg, processes)}
+
+
 def run_one(params: dict[str, Any]) -> dict[str, Any]:
-    """Sweep worker: train, evaluate, save theta_I / bias / probe curves (and the trajectory) under
-    ``OUT/runs/<key>/``."""
+    """Sweep worker: train (``processes`` > 1: the data-parallel emulation), evaluate, save theta_I / bias / probe
+    curves (and the trajectory) under ``OUT/runs/<key>/``. The evaluation, probes and trajectory read the task's
+    float64 rows for every run (the data-parallel run trains on the rows rounded to float32)."""
     from kappalab.immunization import evaluate, immunize
+    from kappalab.immunization.data_parallel import immunize_data_parallel
+    from kappalab.immunization.protocols import PROTOCOL_CLASSES
     from kappalab.immunization.trajectory import TrajectoryRecorder
 
     cfg = config_of(params["protocol"], params["method"], params["overrides"])
     task = task_of(params["protocol"], params["data_csv"], int(cfg.get("n_rows")))
-    recorder = TrajectoryRecorder(task) if params.get("trajectory") else None
-    run = immunize(task, cfg, params["seed"], device=params["device"], progress=False, observer=recorder)
+    processes = int(params.get("processes", 1))
+    recorder = TrajectoryRecorder(task, steps_per_epoch(task, cfg, processes),
+                                  bias=PROTOCOL_CLASSES[cfg.protocol].has_bias) if params.get("trajectory") else None
+    if processes > 1:
+        run = immunize_data_parallel(task, cfg, params["seed"], world_size=processes, device=params["device"],
+                                     observer=recorder)
+    else:
+        run = immunize(task, cfg, params["seed"], device=params["device"], progress=False, observer=recorder)
     folder = Path(params["out"]) / "runs" / params["key"]
     folder.mkdir(parents=True, exist_ok=True)
     if recorder is not None:
@@ -181,7 +221,8 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
         np.save(folder / f"probe_{which}.npy", pr[which].pop("curve"))
     return {
         "protocol": cfg.protocol, "method": params["method"], "seed": params["seed"], "epochs": cfg.epochs,
-        "eta": cfg.eta, "data": params["data"], "selection": "none",
+        "eta": cfg.eta, "data": params["data"], "selection": "none", "processes": processes,
+        "emulation": emulation(processes, task, cfg),
         "evaluation": evaluate(run, task, shift=float(cfg.get("shift"))),
         "probing": pr, "wall_time_s": run.wall_time_s, "n_steps": run.n_steps,
         "degenerate_count": run.degenerate_count,
@@ -227,7 +268,10 @@ def _iters(values: list[int | None], cap: int) -> str:
 
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     """table1_<protocol>.md: both kappa definitions next to the paper, sensitivity, probing, timing."""
-    lines = [f"# Table 1 reproduction, protocol `{meta['protocol']}`", "",
+    n = meta.get("processes", 1)
+    lines = [f"# Table 1 reproduction, protocol `{meta['protocol']}`"
+             + (f", {n} processes (the shipped data-parallel config, emulated: trained on the rows rounded to "
+                f"float32, evaluated on the float64 rows)" if n > 1 else ""), "",
              f"Seeds {meta['seeds']}, epochs {meta['epochs']}, device {meta['device']}, "
              f"total wall time {meta['total_wall_time_s']:.1f} s (load average at start {meta['load_average']}).",
              f"Data: {meta['data_label']}. Run keys end in the run identity's hash (runs_{meta['protocol']}.jsonl).",
@@ -330,6 +374,11 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--set: the methods' extra.n_rows differ ({sorted(n_rows)}): one table, one data set")
     with data_errors("--data-csv"):
         task = task_of(args.protocol, args.data_csv, n_rows.pop())
+    for m, c in configs.items():
+        try:
+            steps_per_epoch(task, c, args.processes)
+        except ValueError as e:
+            raise UsageError(f"--processes {args.processes}: {m}: {e}") from None
     out: Path = check_out(args.out)
     with threadpool_limits(args.threads):
         data = data_identity_of(task)
@@ -339,8 +388,11 @@ def main(argv: list[str]) -> int:
             np.save(data_dir / f"{name}.npy", arr)
         data_record = {**data, "rows": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}}
         run_configs = {}
+        # options a one-process run does not name keep its identity (and key) what it was before --processes
         call_options = {"device": args.device, "dtype": "float64", "probe_iters": args.probe_iters,
-                        "probe_target": args.probe_target, **({"trajectory": True} if args.trajectory else {})}
+                        "probe_target": args.probe_target, **({"trajectory": True} if args.trajectory else {}),
+                        **({"processes": args.processes} if args.processes > 1 else {})}
+        tag = f"_ddp{args.processes}" if args.processes > 1 else ""
         jobs = []
         for lr in args.lrs or (None,):
             for method in args.methods:
@@ -348,8 +400,8 @@ def main(argv: list[str]) -> int:
                 for s in args.seeds:
                     options = {"seed": s, **call_options}
                     ident = identity(cfg.resolved(), data, options)
-                    key = run_key(f"{args.protocol}.{method}.s{s}.e{cfg.epochs}" + (f".lr{lr:g}" if lr else ""),
-                                  ident)
+                    key = run_key(f"{args.protocol}.{method}.s{s}.e{cfg.epochs}" + (f".lr{lr:g}" if lr else "")
+                                  + (f".p{args.processes}" if args.processes > 1 else ""), ident)
                     run_configs[key] = cfg
                     overrides_m = {**method_overrides(overrides, method),
                                    **({"epochs": args.epochs} if args.epochs is not None else {}),
@@ -358,10 +410,11 @@ def main(argv: list[str]) -> int:
                                           "method": method, "seed": s, "overrides": overrides_m,
                                           "data_csv": args.data_csv, "device": args.device,
                                           "probe_iters": args.probe_iters, "probe_target": args.probe_target,
-                                          "out": str(out), "trajectory": args.trajectory, "data": data_record}))
+                                          "out": str(out), "trajectory": args.trajectory, "data": data_record,
+                                          "processes": args.processes}))
         store = RunStore(out / f"runs_{args.protocol}.jsonl")
         done = run_sweep(jobs, run_one, store, workers=args.workers, threads_per_worker=args.threads,
-                         progress=not args.no_progress, desc=f"table1/{args.protocol}",
+                         progress=not args.no_progress, desc=f"table1/{args.protocol}{tag}",
                          extra_record=lambda job: {"identity": job.params["identity"], "provenance": provenance(
                              job.params["seed"], run_configs[job.key], device=args.device,
                              data_label=task.data_label)})
@@ -374,7 +427,8 @@ def main(argv: list[str]) -> int:
         for which in ("P", "H"):
             np.save(data_dir / f"probe_identity_{which}_{args.probe_iters}.npy", identity_curves[which])
         ev0 = records[0]["evaluation"]
-        meta = {"protocol": args.protocol, "seeds": list(args.seeds), "methods": args.methods,
+        meta = {"protocol": args.protocol, "processes": args.processes, "seeds": list(args.seeds),
+                "methods": args.methods,
                 "epochs": {m: c.epochs for m, c in configs.items()}, "device": args.device,
                 "threads": args.threads, "workers": args.workers,
                 "load_average": [round(x, 2) for x in load] if load else None,
@@ -395,17 +449,17 @@ def main(argv: list[str]) -> int:
         for lr, rs in groups.items():
             suffix = f"_lr{lr:g}" if lr is not None else ""
             summary = summarize(rs)
-            stem = f"table1_{args.protocol}{suffix}"
+            stem = f"table1_{args.protocol}{tag}{suffix}"
             write_report(out, stem, to_jsonable({"meta": {**meta, "lr": lr}, "summary": summary,
                                                  "paper_reference": PAPER_TABLE1, "runs": rs}),
                          markdown(summary, meta), csv_rows(summary))
-            figure(out, rs, identity_curves, f"{args.protocol}{suffix}")
+            figure(out, rs, identity_curves, f"{args.protocol}{tag}{suffix}")
         if args.trajectory:
             from kappalab.reproduce.table1_selection import write_selection
 
             grid = [r for r in pool if r["files"].get("trajectory")]
-            write_selection(out, grid, args.selection, args.protocol, data_record)
-    print(f"[table1] wrote {out}/{stem}.json, .md, .csv, figure1_{args.protocol}.png/pdf "
+            write_selection(out, grid, args.selection, args.protocol, data_record, tag)
+    print(f"[table1] wrote {out}/{stem}.json, .md, .csv, figure1_{args.protocol}{tag}.png/pdf "
           f"({time.perf_counter() - start:.1f} s)")
     return 0
 

@@ -8,6 +8,8 @@ Reads the runs of one ``--out`` folder (each with ``runs/<key>/trajectory.npz``)
 * ``selection.md``: the same as tables, next to the paper's Table 1 (a reference only);
 * ``trajectories_lr<eta>.png`` / ``.pdf``: RIR and (ii) against epochs for every method and seed.
 
+Runs of ``--processes N`` write ``selection_ddp<N>.*`` and ``trajectories_ddp<N>_lr<eta>.*`` instead.
+
 Variants (:data:`VARIANTS`): ``paper`` selects and reports on all rows (what App. C.2 describes), ``validation``
 selects on the validation half and reports on the held-out half, ``test_on_test`` selects and reports on the
 held-out half: ``test_on_test - validation`` is the selection's own optimism on the same rows, ``paper -
@@ -180,8 +182,10 @@ def markdown(records: Sequence[Mapping[str, Any]], paper: Mapping[str, Mapping[s
 
 
 
-def figure(out: Path, runs: Sequence[Mapping[str, Any]], lr: float, labels: Mapping[str, str]) -> None:
-    """RIR and (ii) (all rows) against epochs, one line per seed, one row of panels per method."""
+def figure(out: Path, runs: Sequence[Mapping[str, Any]], lr: float, labels: Mapping[str, str], protocol: str = "paper",
+           tag: str = "") -> None:
+    """RIR and (ii) (all rows) against epochs, one line per seed, one row of panels per method
+    (``trajectories<tag>_lr<eta>.png`` / ``.pdf``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -204,17 +208,19 @@ def figure(out: Path, runs: Sequence[Mapping[str, Any]], lr: float, labels: Mapp
     axes[0][1].legend(fontsize=7)
     for ax in axes[-1]:
         ax.set_xlabel("epoch")
-    fig.suptitle(f"Table 1 runs, paper protocol, lr {lr:g}: RIR and (ii) on all rows per epoch")
+    processes = f", {tag.removeprefix('_ddp')} processes" if tag else ""
+    fig.suptitle(f"Table 1 runs, {protocol} protocol{processes}, lr {lr:g}: RIR and (ii) on all rows per epoch")
     fig.tight_layout()
     for ext in ("png", "pdf"):
-        fig.savefig(out / f"trajectories_lr{lr:g}.{ext}", dpi=110)
+        fig.savefig(out / f"trajectories{tag}_lr{lr:g}.{ext}", dpi=110)
     plt.close(fig)
 
 
 def write_selection(out: Path, records: Sequence[Mapping[str, Any]], variant: str, protocol: str,
-                    data: Mapping[str, Any]) -> None:
-    """selection.json / .md and the trajectory figures of the runs in ``records`` (``variant`` only orders the
-    tables: every variant is written)."""
+                    data: Mapping[str, Any], tag: str = "") -> None:
+    """selection<tag>.json / .md and the trajectory figures of the runs in ``records`` (``variant`` only orders the
+    tables: every variant is written; ``tag``: ``_ddp<N>`` for N-process runs, so they do not overwrite the
+    one-process files of the same folder)."""
     from .table1 import HINTS, LABELS, PAPER_TABLE1
 
     runs = load_runs(out, records)
@@ -225,7 +231,7 @@ def write_selection(out: Path, records: Sequence[Mapping[str, Any]], variant: st
     md = markdown(rows, PAPER_TABLE1, LABELS, HINTS)
     if partial:
         md += "\nLeft out of the selection (cells without every seed of the store): " + "; ".join(partial) + ".\n"
-    write_report(out, "selection", to_jsonable({"protocol": protocol, "data": dict(data), "records": rows,
+    write_report(out, f"selection{tag}", to_jsonable({"protocol": protocol, "data": dict(data), "records": rows,
                                                 "incomplete_cells": partial}), md)
     for lr in sorted({r["eta"] for r in runs}):
-        figure(out, runs, lr, LABELS)
+        figure(out, runs, lr, LABELS, protocol, tag)

@@ -41,6 +41,7 @@ from kappalab.sweep import Job, limit_threads
 
 from .constants import METHOD_LABELS, METHODS, PAPER_TABLE2, SUCCESS_THRESHOLD
 from .data import load_dataset, table2_config
+from .figure import figure2
 from .spectra import rir_from_spectra, rtol_sensitivity, run_spectra
 from .trajectory import PARTS, PairTrajectory, reduce_parts
 
@@ -325,4 +326,9 @@ def report(out: Path, default_eta: float) -> dict[str, Any]:
     body = to_jsonable({"n_runs": len(runs), "rule": RULE.describe(), "variants": VARIANTS, "table": table,
                         "records": rows})
     write_report(out, "selection_paper", body, markdown(rows, table, len(runs)))
+    final = [{"method": r["method"], "a": r["pair"][0], "b": r["pair"][1], "rir": r["final"]["rir"]}
+             for r in runs if r["eta"] == default_eta]
+    if final:
+        figure2(final, out, "paper_alg1", f"Figure 2, paper protocol (Alg. 1) on full MNIST, lr {default_eta:g}, "
+                f"epoch 30, train part; {len(final)} runs (seed-averaged log10 RIR)")
     return body

@@ -90,8 +90,9 @@ def _traj(rir: list[float], term_ii: list[float]) -> dict[str, np.ndarray]:
 
 
 def test_selection_picks_lr_and_epoch_by_the_stated_rule() -> None:
-    """Two pairs x two learning rates: lr 0.01 reaches the larger RIR but only where (ii) > 1, so the rule keeps
-    lr 0.001's epoch 6 (largest admissible RIR); the validation variant reads the chosen epoch on the test part."""
+    """Two pairs x two learning rates: lr 0.01 reaches the larger RIR (the headline rule takes it) but only where
+    (ii) > 1, so the (ii) <= 1 rule keeps lr 0.001's epoch 6 (largest admissible RIR); the validation variant reads
+    the chosen epoch on the test part."""
     runs = []
     for pair in ((0, 1), (1, 2)):
         runs.append({"key": f"{pair}-a", "method": "ours", "pair": pair, "seed": 0, "eta": 0.001,
@@ -99,7 +100,11 @@ def test_selection_picks_lr_and_epoch_by_the_stated_rule() -> None:
         runs.append({"key": f"{pair}-b", "method": "ours", "pair": pair, "seed": 0, "eta": 0.01,
                      "traj": _traj([1, 50, 80, 90], [1, 2, 3, 1.5]), "final": {}, "data": {"name": "mnist"}})
     rows = selection.selection_records(runs, 0.001)
-    grid = {r["selection"]: r for r in rows if r.get("grid") == "lr_grid"}
+    headline, term_ii_rule = (rule.describe() for rule in selection.RULES)
+    best = {r["selection"]: r for r in rows if r.get("grid") == "lr_grid" and r["rule_text"] == headline}
+    assert best["paper"]["lr"] == 0.01 and [x["epoch"] for x in best["paper"]["per_run"]] == [9, 9]
+    assert best["validation"]["summary"]["rir"][0] == pytest.approx(90 / 4)  # test part, at validation's choice
+    grid = {r["selection"]: r for r in rows if r.get("grid") == "lr_grid" and r["rule_text"] == term_ii_rule}
     assert grid["paper"]["lr"] == 0.001 and [x["epoch"] for x in grid["paper"]["per_run"]] == [6, 6]
     assert grid["paper"]["summary"]["rir"][0] == pytest.approx(8.0)
     assert grid["paper"]["candidates"] == {0.001: 8.0, 0.01: None}

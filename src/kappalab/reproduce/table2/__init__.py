@@ -2,7 +2,7 @@
 
 ``kappalab reproduce table2 [--protocol paper|official] [--pairs a-b,...] [--seeds 0,1,2] [--methods ...]
 [--workers N] [--device cpu|cuda] [--data mnist-subset|mnist] [--out DIR] [--epochs E] [--quick]
-[--report-only] [--config FILE] [--set KEY=VALUE ...]``
+[--report-only] [--config FILE] [--set KEY=VALUE ...] [--trajectory [--etas 0.0005,0.001,...] [--every E]]``
 
 One run = (protocol, method, pair (a, b), seed): D_P = images of digit ``a``, D_H = images of digit ``b``
 (:func:`kappalab.data.mnist.digit_pair`, capped at the smaller count by seeded sampling). Labels: D_P all 0 (the
@@ -18,7 +18,9 @@ model. The report (markdown, CSV, JSON, Figure 2 PNG+PDF) is rebuilt from the re
 Modules: :mod:`.constants` (names, pairs, the paper's reference numbers), :mod:`.data` (MNIST pairs, configs, data
 identity), :mod:`.spectra` (spectra and kappa / Eq. 15 from them), :mod:`.probe` (the independent probing
 measure), :mod:`.run` (the worker and the sweep plan), :mod:`.tally` / :mod:`.figure` (Figure 2),
-:mod:`.report` (tables, markdown, store comparison), :mod:`.cli` (the command).
+:mod:`.report` (tables, markdown, store comparison), :mod:`.cli` (the command), :mod:`.trajectory` and
+:mod:`.selection` (``--trajectory``: paper-protocol runs on full MNIST with per-epoch (i), (ii), RIR on the train,
+validation and test parts of each pair, and App. C.2's learning-rate x epoch selection over them).
 """
 
 from .cli import build_parser, check_store, main, plan_from_args, select_records, spectral_route

@@ -249,6 +249,8 @@ def selection_records(runs: Sequence[Mapping[str, Any]], default_eta: float) -> 
     for eta in sorted({r["eta"] for r in runs}):
         for method in methods:
             mine = [r for r in runs if r["method"] == method and r["eta"] == eta]
+            if not mine:
+                continue
             for part in ("train", "test"):
                 rows = [{"pair": list(r["pair"]), "seed": r["seed"], "epoch": int(r["traj"]["epoch"][-1]),
                          **{m: float(r["traj"][f"{part}.{m}"][-1]) for m in REPORTED}} for r in mine]
@@ -291,7 +293,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Mapping[str,
     lines = ["# Table 2, paper protocol (Alg. 1) on full MNIST, under App. C.2's selection", "",
              f"{n_runs} runs. Numbers: {MEAN_STD_CONVENTION}, over the runs (pairs x seeds). (i), (ii), RIR: Table "
              "2's rule (rank decided on each part's K at n eps, pseudo-inverse kappa, from singular values). "
-             "Paper: Table 2 (reference only).", "",
+             "A rule's \"seed\" is one run, a (pair, seed) cell. Paper: Table 2 (reference only).", "",
              "## Final epoch, recomputed from the stored spectra (train part)", "",
              "| lr / Method | runs | (i) | (ii) | RIR | median RIR | paper RIR |", "|---|---|---|---|---|---|---|"]
     for name, t in table.items():

@@ -52,6 +52,9 @@ EXTRA: dict[str, tuple[Default, str]] = {
     "spectral_route": ("dense", "'dense', 'gram' or 'features' (kappalab.immunization.protocols)"),
     "theta_init": ("torch_linear", "'torch_linear' (nn.Linear's default) or 'identity'"),
     "head_init": ("standard_normal", "'standard_normal' or 'zeros'"),
+    "logits_order": ("features_first", "the task loss's logits: 'features_first' ((X theta) w, the features formed) or "
+                     "'head_first' (X (theta w): two matrix-vector products, the same number up to rounding; paper "
+                     "protocol, for full-batch steps with N >> D)"),
     "shuffle": (True, "shuffle the minibatches every epoch"),
     "n_rows": (200, "official protocol: rows of each House Prices split used"),
 }

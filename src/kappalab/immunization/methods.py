@@ -81,8 +81,7 @@ def _eq11_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list
     pre = bool(cfg.get("precondition", True))
     terms = []
     if cfg.get("supervised_loss", True):
-        loss = proto.supervised_loss(proto.batch_features(p, b, "P"), p.w_P, b.y_P)
-        terms.append(Term("loss_P", loss, p.extractor() + [p.w_P]))
+        terms.append(Term("loss_P", proto.task_loss(p, b), p.extractor() + [p.w_P]))
     if cfg.lambda_P > 0:
         terms.append(Term("R_well", cfg.lambda_P * proto.reg_well(proto.gram(p, b, "P")), p.extractor(),
                           "P" if pre else None))
@@ -95,8 +94,7 @@ def _eq11_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list
 def _opt_kappa_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list[Term]:
     terms = []
     if cfg.get("supervised_loss", True):
-        loss = proto.supervised_loss(proto.batch_features(p, b, "P"), p.w_P, b.y_P)
-        terms.append(Term("loss_P", loss, p.extractor() + [p.w_P]))
+        terms.append(Term("loss_P", proto.task_loss(p, b), p.extractor() + [p.w_P]))
     kP, kH = proto.kappa(proto.gram(p, b, "P")), proto.kappa(proto.gram(p, b, "H"))
     if cfg.method == "opt_kappa_log":
         value = 1.0 / torch.log(kH) + float(cfg.get("kappa_weight_P", 1.0)) * torch.log(kP)

@@ -257,6 +257,27 @@ class Protocol:
         if y is None:
             raise ValueError("task.y_H is None but this method needs the harmful task's labels")
         pred = Phi @ w if Phi.ndim == 2 else (Phi * w.unsqueeze(-2)).sum(dim=-1)
+        return self.loss_of_logits(pred, y)
+
+    def task_loss(self, p: Params, batch: Batch) -> torch.Tensor:
+        """``L(D_P, w_P, theta)`` of the step's batch. ``extra.logits_order = "head_first"`` (paper protocol, one
+        run): the logits as ``X_P (theta w_P)``, two matrix-vector products instead of the ``N x D x D`` product
+        of the features and its gradient (the same number up to rounding; Table 2's full-MNIST Alg. 1 runs, where
+        the features were ~40% of a step); otherwise :meth:`supervised_loss` of the step's features."""
+        order = self.cfg.get("logits_order", "features_first")
+        if order not in ("features_first", "head_first"):
+            raise ValueError(f"cfg.extra['logits_order'] must be 'features_first' or 'head_first', got {order!r}")
+        if order == "head_first":
+            if self.has_bias or p.theta.ndim != 2:
+                raise ValueError("logits_order 'head_first' is implemented for the paper protocol's single runs "
+                                 "(no bias, no stacked runs)")
+            if batch.y_P is None:
+                raise ValueError("task.y_P is None")
+            return self.loss_of_logits(batch.X_P @ (p.theta @ p.w_P), batch.y_P)
+        return self.supervised_loss(self.batch_features(p, batch, "P"), p.w_P, batch.y_P)
+
+    def loss_of_logits(self, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The task's loss of predictions ``pred``: MSE, or BCE with logits (one value per stacked run)."""
         if self.task.loss == "mse":
             return torch.mean((pred - y) ** 2, dim=-1)
         return torch.nn.functional.binary_cross_entropy_with_logits(pred, y, reduction="none").mean(dim=-1)

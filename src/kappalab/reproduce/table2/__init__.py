@@ -3,7 +3,7 @@
 ``kappalab reproduce table2 [--protocol paper|official] [--pairs a-b,...] [--seeds 0,1,2] [--methods ...]
 [--workers N] [--device cpu|cuda] [--data mnist-subset|mnist] [--out DIR] [--epochs E] [--quick]
 [--report-only] [--engine auto|single|batched] [--batch-size R] [--shard K/N] [--merge DIR ...] [--config FILE]
-[--set KEY=VALUE ...]``
+[--set KEY=VALUE ...] [--trajectory [--etas 0.0005,0.001,...] [--every E]]``
 
 One run = (protocol, method, pair (a, b), seed): D_P = images of digit ``a``, D_H = images of digit ``b``
 (:func:`kappalab.data.mnist.digit_pair`, capped at the smaller count by seeded sampling). Labels: D_P all 0 (the
@@ -21,7 +21,9 @@ identity), :mod:`.spectra` (spectra and kappa / Eq. 15 from them), :mod:`.probe`
 measure), :mod:`.run` (prepare / immunize / finish of one run, and the sweep plan), :mod:`.engine` (single or
 batched engine: the rule, the identity, the batched sweep), :mod:`.merge` (shard stores checked and merged),
 :mod:`.tally` / :mod:`.figure` (Figure 2), :mod:`.report` (tables, markdown, store comparison), :mod:`.cli` (the
-command).
+command), :mod:`.trajectory` and :mod:`.selection` (``--trajectory``: paper-protocol runs on full MNIST with per-epoch
+(i), (ii), RIR on the train, validation and test parts of each pair, and App. C.2's learning-rate x epoch selection
+over them).
 """
 
 from .cli import build_parser, check_store, main, plan_from_args, select_records, spectral_route

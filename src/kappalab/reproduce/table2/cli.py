@@ -63,8 +63,66 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
                         help="check and merge these folders' stores (e.g. the shards') into --out, then report; "
                              "give the arguments the shards ran with, minus --shard")
+    parser.add_argument("--trajectory", action="store_true",
+                        help="paper protocol (Alg. 1) on each pair's train part with (i), (ii), RIR per epoch on "
+                             "train / validation / MNIST test, then App. C.2's selection (reproduce.table2.selection; "
+                             "needs --data mnist)")
+    parser.add_argument("--etas", default=None,
+                        help="with --trajectory: comma-separated learning rates (default: the config's; App. C.2's "
+                             "grid: 0.0005,0.001,0.005,0.01)")
+    parser.add_argument("--every", type=positive_int, default=1,
+                        help="with --trajectory: record every this many epochs (must divide --epochs; default 1)")
     add_config_options(parser, "a JSON object of overrides, same keys as --set")
     return parser
+
+
+def parse_etas(text: str) -> tuple[float, ...]:
+    """``--etas``: comma-separated learning rates > 0, none repeated."""
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"--etas: expected comma-separated numbers, got {text!r}") from None
+    if not all(v > 0 and np.isfinite(v) for v in values):
+        raise UsageError(f"--etas: every learning rate must be a finite number > 0, got {text!r}")
+    if len(set(values)) != len(values):
+        raise UsageError(f"--etas: repeated value in {text!r}")
+    return values
+
+
+def trajectory_main(args: argparse.Namespace, plan: SweepPlan) -> int:
+    """``--trajectory``: the paper-protocol runs with trajectories and the selection report
+    (:mod:`.selection`)."""
+    from kappalab.provenance import provenance
+    from kappalab.sweep import run_sweep
+
+    from .selection import TrajectoryPlan, report, trajectory_run
+
+    if args.protocol != "paper":
+        raise UsageError("--trajectory: implemented for --protocol paper (Alg. 1: one full-batch step per epoch)")
+    if plan.dataset != "mnist":
+        raise UsageError("--trajectory: needs --data mnist (the validation part and MNIST's test split)")
+    if plan.pool != 1:
+        raise UsageError("--trajectory: --pool must be 1 (the paper's 784 pixels)")
+    if plan.epochs % args.every:
+        raise UsageError(f"--every: {args.every} does not divide --epochs {plan.epochs}")
+    default_eta = plan.config("ours").eta
+    etas = parse_etas(args.etas) if args.etas else (default_eta,)
+    tplan = TrajectoryPlan(plan.methods, plan.pairs, plan.seeds, etas, plan.epochs, args.every, plan.out,
+                           plan.dataset, plan.data_dir, plan.device, plan.overrides)
+    if not args.report_only:
+        check_out(plan.out)
+        summary = run_sweep(tplan.jobs(), trajectory_run, tplan.store_path, workers=args.workers,
+                            progress=not args.no_progress, desc="table2/paper+trajectory",
+                            extra_record=lambda job: {"identity": job.params["identity"], "provenance": provenance(
+                                job.params["seed"], job.params, device=plan.device, data_label=plan.dataset)})
+        if summary.run_times_s:
+            print(f"table2: {summary.completed} runs in {summary.wall_time_s:.1f} s "
+                  f"({float(np.mean(summary.run_times_s)):.1f} s/run); {summary.skipped} were already done")
+    elif not tplan.store_path.is_file():
+        raise UsageError(f"--report-only: no store {tplan.store_path}")
+    body = report(plan.out, default_eta)
+    print(f"table2: selection over {body['n_runs']} stored runs -> {plan.out / 'selection_paper.md'}")
+    return 0
 
 
 def plan_from_args(args: argparse.Namespace) -> SweepPlan:
@@ -163,6 +221,14 @@ def main(argv: list[str]) -> int:
     check_device(plan.device)
     with data_errors("--data-dir" if plan.data_dir else "--data"):
         source = load_dataset(plan.dataset, plan.data_dir).source_label
+    if args.trajectory:
+        ignored = [name for name, given in (("--shard", args.shard), ("--merge", args.merge),
+                                            ("--batch-size", args.batch_size)) if given is not None]
+        if ignored:
+            raise UsageError(f"--trajectory: cannot be combined with {', '.join(ignored)} (single-engine runs)")
+        return trajectory_main(args, plan)
+    if args.etas is not None or args.every != 1:
+        raise UsageError("--etas/--every: only with --trajectory")
     if args.report_only:
         if not plan.store_path.is_file():
             raise UsageError(f"--report-only: no store {plan.store_path}")

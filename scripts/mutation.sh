@@ -5,7 +5,8 @@
 #
 # Default: every core module (regularizers spectral linear gram bounds eq10 rir kappa; a missing one is skipped
 # with a message). Configuration: [tool.mutmut] in pyproject.toml (the oracle is the core test files; mutmut runs
-# per mutant only the tests that executed the mutated function). One child process under nice, one BLAS thread.
+# per mutant only the tests that executed the mutated function, fastest first, with the hypothesis profile
+# "mutation" of scripts/mutation_plugin.py). One child process under nice, one BLAS thread.
 # Writes docs/mutation.json and docs/mutation.md (killed / survived / timeout per module, each survivor with its
 # reason from scripts/mutation_reasons.json, or UNEXPLAINED). MUTMUT names the mutmut executable (default: mutmut).
 set -euo pipefail
@@ -24,7 +25,8 @@ for m in "${modules[@]}"; do
         continue
     fi
     start=$(date +%s)
-    OMP_NUM_THREADS=1 nice -n 10 "$MUTMUT" run --max-children 1 "kappalab.$m.*" || true
+    PYTHONPATH="$PWD/scripts" KAPPALAB_HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 \
+        nice -n 10 "$MUTMUT" run --max-children 1 "kappalab.$m.*" || true
     wall=$(( $(date +%s) - start ))
     grep -v "^$m	" "$times" > "$times.new" || true
     printf '%s\t%s\n' "$m" "$wall" >> "$times.new"

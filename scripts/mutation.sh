@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of the core formula modules with mutmut 3 (not part of CI: minutes per module).
 #
-#   scripts/mutation.sh [MODULE...]     e.g. scripts/mutation.sh bounds eq10
+#   scripts/mutation.sh [MODULE...]                e.g. scripts/mutation.sh bounds eq10
+#   scripts/mutation.sh --survivors [MODULE...]    re-check only the survivors of the last run (after adding tests)
 #
 # Default: every core module (regularizers spectral linear gram bounds eq10 rir kappa; a missing one is skipped
 # with a message). Configuration: [tool.mutmut] in pyproject.toml (the oracle is the core test files; mutmut runs
@@ -14,6 +15,11 @@ cd "$(dirname "$0")/.."
 MUTMUT=${MUTMUT:-mutmut}
 PYTHON=${PYTHON:-$(dirname "$(command -v "$MUTMUT")")/python}
 DEFAULT=(regularizers spectral linear gram bounds eq10 rir kappa)
+survivors_only=0
+if [ "${1:-}" = "--survivors" ]; then
+    survivors_only=1
+    shift
+fi
 modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=("${DEFAULT[@]}")
 mkdir -p mutants
@@ -24,10 +30,20 @@ for m in "${modules[@]}"; do
         echo "mutation.sh: src/kappalab/$m.py does not exist, skipped" >&2
         continue
     fi
+    targets=("kappalab.$m.*")
+    if [ $survivors_only -eq 1 ]; then
+        mapfile -t targets < <("$MUTMUT" results | sed -n "s/^ *\(kappalab\.$m\.[^:]*\): survived\$/\1/p")
+        [ ${#targets[@]} -eq 0 ] && continue
+    fi
     start=$(date +%s)
     PYTHONPATH="$PWD/scripts" KAPPALAB_HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 \
-        nice -n 10 "$MUTMUT" run --max-children 1 "kappalab.$m.*" || true
+        nice -n 10 "$MUTMUT" run --max-children 1 "${targets[@]}" || true
     wall=$(( $(date +%s) - start ))
+    # a survivors-only re-check adds its time to the module's full run
+    if [ $survivors_only -eq 1 ]; then
+        before=$(sed -n "s/^$m\t//p" "$times" | head -1)
+        wall=$(( wall + ${before:-0} ))
+    fi
     grep -v "^$m	" "$times" > "$times.new" || true
     printf '%s\t%s\n' "$m" "$wall" >> "$times.new"
     mv "$times.new" "$times"

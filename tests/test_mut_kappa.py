@@ -164,3 +164,44 @@ def test_decompositions_name_their_meta_argument() -> None:
         K.eigenvalues(meta())
     with pytest.raises(ValueError, match=r"^S is a tensor on the 'meta' device"):
         K.singular_values(meta())
+
+
+@pytest.mark.parametrize("psd", [False, True])
+def test_condition_number_reports_a_bad_rtol_before_looking_at_S(psd) -> None:
+    # a 1-d S is bad input too, but rtol is checked first: the one line names rtol
+    with pytest.raises(ValueError, match=r"^rtol must be None or a relative tolerance in \[0, 1\), got 1\.5"):
+        K.condition_number(np.ones(3), 1.5, psd=psd)
+
+
+def test_psd_message_shows_the_callers_eigenvalue() -> None:
+    # eq10 decomposes K itself (no unit scaling, scale 0): the message shows K's eigenvalue -1 and the floor
+    # -rtol * max|lambda| = -2 eps (rtol = 2 eps for a 2 x 2 K)
+    import kappalab as kl
+
+    with pytest.raises(ValueError, match=r"^K must be positive semidefinite: its smallest eigenvalue is "
+                                         r"-1\.000000e\+00, below -rtol \* max\|lambda\| = -4\.440892e-16$"):
+        kl.eq10_singular_values(np.eye(2), np.diag([1.0, -1.0]))
+
+
+@pytest.mark.parametrize("to", backends())
+def test_kappa_of_spectrum_accepts_rank_one(to) -> None:
+    assert float(K.kappa_of_spectrum(to([3.0, 2.0, 1.0]), rank=1)) == 1.0
+    assert float(K.kappa_of_spectrum(to([3.0, 2.0, 1.0]), rank=3)) == 3.0
+
+
+@pytest.mark.parametrize("to", backends())
+def test_condition_number_arguments_reach_the_rank_rule(to) -> None:
+    # psd check at rtol: lambda = (2, -2e-10) passes at rtol = 1e-8 (and -2e-10 is then no nonzero value: k = 1)
+    assert float(K.condition_number(to(np.diag([2.0, -2e-10])), 1e-8, psd=True)) == 1.0
+    # the default rtol uses the larger side: S (2 x 100) with singular values (1/2, 25 eps): 25 eps < 100 eps * 1/2
+    # only for max(m, n) = 100, so k = 1
+    S = np.zeros((2, 100))
+    S[0, 0], S[1, 1] = 0.5, 25 * EPS
+    assert float(K.condition_number(to(S))) == 1.0
+    with pytest.raises(ValueError, match=r"^S has rank zero \(it is the zero matrix\)"):
+        K.condition_number(to(np.zeros((2, 2))))
+
+
+def test_condition_number_unchecked_skips_the_finiteness_scan() -> None:
+    with pytest.raises(np.linalg.LinAlgError):
+        K.condition_number(np.array(NAN_2x2), check=False)

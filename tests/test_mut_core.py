@@ -315,3 +315,24 @@ def test_feature_spectrum(to) -> None:
 def test_feature_spectrum_unchecked_skips_the_finiteness_scan() -> None:
     with pytest.raises(np.linalg.LinAlgError):
         K.feature_spectrum(np.array(NAN_2x2), check=False)
+
+
+# ---- kappalab.rir -------------------------------------------------------------------------------------------------
+
+def test_rir_passes_rtol_to_every_kappa() -> None:
+    # theta_I = diag(1, 2), K_H = diag(1, 1e-3), K_P = diag(1, 1/2): H_H(theta_I) = diag(1, 4e-3),
+    # H_P(theta_I) = diag(1, 2). Default rtol (2 eps): term (i) = (1 / 4e-3) / (1 / 1e-3) = 1/4, term (ii) = 2/2.
+    # rtol = 1e-2 drops 4e-3 and 1e-3 from the rank (k = 1 for both H_H and K_H): term (i) = 1/1.
+    theta_I, K_H, K_P = np.diag([1.0, 2.0]), np.diag([1.0, 1e-3]), np.diag([1.0, 0.5])
+    default = kl.rir(theta_I, K_P, K_H)
+    assert (default.term_i, default.term_ii) == (pytest.approx(0.25, rel=4 * EPS), 1.0)
+    cut = kl.rir(theta_I, K_P, K_H, rtol=1e-2)
+    assert (cut.term_i, cut.term_ii, cut.rir) == (1.0, 1.0, 1.0)
+    assert (cut.kappa_H_immunized, cut.kappa_H_reference, cut.kappa_P_immunized) == (1.0, 1.0, 2.0)
+
+
+def test_rir_refuses_a_covariance_that_is_not_psd() -> None:
+    # K_H = diag(1, -1) is symmetric but indefinite: its "kappa" as a PSD matrix is undefined (its singular values
+    # (1, 1) would give 1 silently)
+    with pytest.raises(ValueError, match=r"must be positive semidefinite: its smallest eigenvalue is -1"):
+        kl.rir(np.eye(2), np.eye(2), np.diag([1.0, -1.0]))

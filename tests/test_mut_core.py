@@ -15,7 +15,7 @@ import torch
 
 import kappalab as kl
 from kappalab import kappa as K
-from kappalab.errors import UndefinedRegularizerError
+from kappalab.errors import DegenerateSpectrumError, UndefinedRegularizerError
 from test_kappa import built
 
 EPS = float(np.finfo(float).eps)
@@ -336,3 +336,58 @@ def test_rir_refuses_a_covariance_that_is_not_psd() -> None:
     # (1, 1) would give 1 silently)
     with pytest.raises(ValueError, match=r"must be positive semidefinite: its smallest eigenvalue is -1"):
         kl.rir(np.eye(2), np.eye(2), np.diag([1.0, -1.0]))
+
+
+# ---- kappalab.linear ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("to", backends())
+def test_grad_theta_r_ill_passes_rtol(to) -> None:
+    # theta = I, K = H = diag(4, 2, 1e-3). rtol = 1e-2: k = 2, s_k = 2, v_k = e_2, ||H||_F^2 = 20 + 1e-6 (all of H),
+    # d = ||H||_F^2 / (2k) - s_k^2 / 2 = 3 + 2.5e-7. Thm 4.2(2): 2 K theta (s_k v_k v_k^T - H/k) / d^2
+    # = 2 diag(4, 2, 1e-3) (diag(0, 2, 0) - diag(2, 1, 5e-4)) / d^2 = diag(-16, 4, -1e-6) / d^2.
+    d = (20 + 1e-6) / 4 - 2
+    got = np.asarray(kl.grad_theta_r_ill(to(np.eye(3)), to(np.diag([4.0, 2.0, 1e-3])), rtol=1e-2))
+    np.testing.assert_allclose(got, np.diag([-16.0, 4.0, -1e-6]) / d**2, rtol=1e-14, atol=1e-14 / d**2)
+
+
+def test_grad_theta_r_ill_passes_solver_and_check() -> None:
+    with pytest.raises(ValueError, match=r"^solver must be 'auto' or one of"):
+        kl.grad_theta_r_ill(np.eye(2), np.diag([2.0, 1.0]), solver="nope")
+    # check=False skips the checks that cost a host sync: K's symmetry (H is symmetrized anyway) and R_ill's
+    # zero-denominator test, so for K = 2 I the degeneracy policy is what raises
+    K_asym = np.array([[2.0, 1e-3], [0.0, 1.0]])  # theta = I: H = (K + K^T) / 2, eigenvalues about 2 and 1
+    assert np.isfinite(kl.grad_theta_r_ill(np.eye(2), K_asym, check=False)).all()
+    with pytest.raises(ValueError, match=r"^K must be symmetric"):
+        kl.grad_theta_r_ill(np.eye(2), K_asym)
+    with pytest.raises(DegenerateSpectrumError, match=r"^s_min = s_k \(smallest nonzero\) of H\(theta\) is not "
+                                                      r"unique"):
+        kl.grad_theta_r_ill(np.eye(2), 2 * np.eye(2), check=False)
+    with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(H\(theta\)\) is undefined"):
+        kl.grad_theta_r_ill(np.eye(2), 2 * np.eye(2))
+
+
+@pytest.mark.parametrize("to", backends())
+def test_preconditioned_step_singularity_test(to) -> None:
+    theta, G = to(np.eye(4)), to(np.ones((4, 4)))
+    # K = diag(1, 1, 1, 2^-50): Cholesky pivots (1, 1, 1, 2^-25) exactly, (min / max)^2 = 2^-50 = D eps for D = 4:
+    # "<= D eps" is singular, and the message shows D eps = 4 * 2^-52
+    with pytest.raises(ValueError, match=r"^K is singular to working precision \(Cholesky pivot ratio\^2 = "
+                                         r"8\.882e-16 <= D \* eps = 8\.882e-16\)"):
+        kl.preconditioned_step(theta, to(np.diag([1.0, 1.0, 1.0, 2.0**-50])), G, 0.5)
+    # K = diag(1/4, 3 eps / 4) (D = 2): pivots (1/2, sqrt(3 eps) / 2), ratio^2 = 3 eps > 2 eps: a valid step,
+    # theta - eta K^-1 G with K^-1 G = diag(4, 4 / (3 eps)) @ ones
+    K = np.diag([0.25, 0.75 * EPS])
+    out = np.asarray(kl.preconditioned_step(to(np.eye(2)), to(K), to(np.ones((2, 2))), 0.5))
+    np.testing.assert_allclose(out, np.eye(2) - 0.5 * np.array([[4.0, 4.0], [4 / (3 * EPS)] * 2]), rtol=1e-12)
+    # the test is made on K only when ridge = 0 and check is on: a tiny ridge, or check=False, lets the step run
+    tiny = to(np.diag([1.0, 0.0]))
+    assert np.isfinite(np.asarray(kl.preconditioned_step(to(np.eye(2)), tiny, to(np.ones((2, 2))), 0.5,
+                                                         ridge=1e-18))).all()
+    out = kl.preconditioned_step(to(np.eye(2)), to(np.diag([1.0, 1e-17])), to(np.ones((2, 2))), 0.5, check=False)
+    np.testing.assert_allclose(np.asarray(out)[1], np.array([0.0, 1.0]) - 0.5e17, rtol=1e-12)
+
+
+@pytest.mark.parametrize("to", backends())
+def test_preconditioned_step_names_grad(to) -> None:
+    with pytest.raises(ValueError, match=r"^grad contains non-finite entries \(1 NaN, 0 Inf\)"):
+        kl.preconditioned_step(to(np.eye(2)), to(np.eye(2)), to(NAN_2x2), 0.5)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import kappalab as kl
+from kappalab import gram
 from kappalab import kappa as K
 from kappalab.errors import DegenerateSpectrumError, UndefinedRegularizerError
 from test_kappa import built
@@ -391,3 +392,97 @@ def test_preconditioned_step_singularity_test(to) -> None:
 def test_preconditioned_step_names_grad(to) -> None:
     with pytest.raises(ValueError, match=r"^grad contains non-finite entries \(1 NaN, 0 Inf\)"):
         kl.preconditioned_step(to(np.eye(2)), to(np.eye(2)), to(NAN_2x2), 0.5)
+
+
+# ---- kappalab.gram ------------------------------------------------------------------------------------------------
+# Both routes: N >= D forms H = F^T F (D x D); N < D works on the Gram matrix F F^T (N x N). The rank rule is the
+# one of the D x D matrix H: rtol relative to s_max, default D * eps (not N * eps, not max(N, D) * eps).
+
+def _diag_features(N: int, D: int, values: list[float]) -> np.ndarray:
+    """N x D features with F[i, i] = values[i]: H = F^T F has eigenvalues values^2 (and zeros)."""
+    F = np.zeros((N, D))
+    F[np.arange(len(values)), np.arange(len(values))] = values
+    return F
+
+
+@pytest.mark.parametrize("N, D", [(3, 3), (2, 3)], ids=["H route", "Gram route"])
+def test_feature_extremes_pass_rtol_and_solver(N, D) -> None:
+    # F = diag(2, 0.05) (N x D): H has eigenvalues (4, 0.0025, 0...); rtol = 1e-2 (threshold 0.04) drops 0.0025
+    F = _diag_features(N, D, [2.0, 0.05])
+    e = gram.feature_extremes(F)
+    assert (int(e.rank), float(e.s_min)) == (2, pytest.approx(0.0025, rel=4 * EPS))
+    e = gram.feature_extremes(F, rtol=1e-2)
+    assert (int(e.rank), float(e.s_min)) == (1, 4.0)
+    with pytest.raises(ValueError, match=r"^solver must be 'auto' or one of"):
+        gram.feature_extremes(F, solver="nope")
+
+
+def test_feature_extremes_default_rtol_is_D_eps() -> None:
+    # H = diag(1, 2^-48) exactly (F[1, 1] = 2^-24): 2^-48 = 16 eps lies above D eps = 2 eps (D = 2, N = 100: rank 2)
+    # and, with D = 100 and N = 2 (Gram route), below D eps = 100 eps (rank 1), although 16 eps > N eps there
+    assert int(gram.feature_extremes(_diag_features(100, 2, [1.0, 2.0**-24])).rank) == 2
+    assert int(gram.feature_extremes(_diag_features(2, 100, [1.0, 2.0**-24])).rank) == 1
+
+
+@pytest.mark.parametrize("N, D, what", [(3, 2, r"F\^T F"), (2, 3, r"F F\^T")], ids=["H route", "Gram route"])
+def test_feature_extremes_checks_and_names(N, D, what) -> None:
+    with pytest.raises(ValueError, match=rf"^{what} has rank zero \(it is the zero matrix\)"):
+        gram.feature_extremes(np.zeros((N, D)))
+    with pytest.raises(ValueError, match=rf"^{what.replace('F', 'Z')} has rank zero"):
+        gram.feature_extremes(np.zeros((N, D)), name="Z")
+    # check=False: no rank-zero test (a host sync); the zero spectrum comes back (the Gram route's vectors F^T u
+    # are then 0 / 0)
+    with np.errstate(invalid="ignore"):
+        assert int(gram.feature_extremes(np.zeros((N, D)), check=False).rank) == 0
+    bad = np.zeros((N, D))
+    bad[0, 1] = np.nan
+    with pytest.raises(ValueError, match=r"^F contains non-finite entries \(1 NaN, 0 Inf\)"):
+        gram.feature_extremes(bad)
+    with pytest.raises(ValueError, match=r"^Z must be a 2-D matrix"):
+        gram.feature_extremes(np.ones(3), name="Z")
+
+
+def test_regularizers_from_features_pass_their_arguments() -> None:
+    F = _diag_features(3, 3, [2.0, 1.0, 0.05])  # H = diag(4, 1, 0.0025), ||H||_F^2 = 17 + 6.25e-6
+    fro2 = 17 + 6.25e-6
+    # Eq. 12: R_ill = 1 / (||H||_F^2 / (2k) - s_k^2 / 2); rtol = 1e-2 gives k = 2, s_k = 1; the default k = 3
+    assert float(gram.r_ill_from_features(F)) == pytest.approx(1 / (fro2 / 6 - 0.0025**2 / 2), rel=1e-14)
+    assert float(gram.r_ill_from_features(F, rtol=1e-2)) == pytest.approx(1 / (fro2 / 4 - 0.5), rel=1e-14)
+    for f in (gram.r_well_from_features, gram.r_ill_from_features):
+        with pytest.raises(ValueError, match=r"^rtol must be None or a relative tolerance in \[0, 1\)"):
+            f(F, rtol=1.5)
+        with pytest.raises(ValueError, match=r"^solver must be 'auto' or one of"):
+            f(F, solver="nope")
+        with pytest.raises(ValueError, match=r"^F contains non-finite entries"):
+            f(_diag_features(3, 3, [1.0, np.nan]))
+    # check=False: no rank-zero test (a host sync): R_well(0) = 0 comes back, R_ill(0) is 1 / (0/0)
+    assert float(gram.r_well_from_features(np.zeros((3, 3)), check=False)) == 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert np.isnan(gram.r_ill_from_features(np.zeros((3, 3)), check=False))
+    # R_ill of equal singular values is undefined: the error names F^T F; check=False returns 1/0 = inf instead
+    with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(F\^T F\) is undefined"):
+        gram.r_ill_from_features(np.eye(3))
+    with np.errstate(divide="ignore"):
+        assert float(gram.r_ill_from_features(np.eye(3), check=False)) == np.inf
+
+
+@pytest.mark.parametrize("tracked", [False, True], ids=["psd_extremes", "tracker"])
+def test_regularizers_from_covariance_pass_their_arguments(tracked) -> None:
+    from kappalab.tracker import ExtremeTracker
+
+    def call(theta, K, **kw):
+        return gram.regularizers_from_covariance(theta, K, tracker=ExtremeTracker() if tracked else None, **kw)
+
+    with pytest.raises(ValueError, match=r"^H\(theta\) has rank zero \(it is the zero matrix\)"):
+        call(np.eye(2), np.zeros((2, 2)))
+    # check=False: no rank-zero test; the degeneracy policy of the gradient is what refuses H = 0
+    with pytest.raises(DegenerateSpectrumError, match=r"^s_max = s_1 of H\(theta\) is not unique"):
+        call(np.eye(2), np.zeros((2, 2)), check=False)
+    with pytest.raises(ValueError, match=r"^K must be symmetric"):
+        call(np.eye(2), np.array([[2.0, 1e-3], [0.0, 1.0]]))
+    if not tracked:  # the tracker has its own rtol and solver
+        # theta = I, K = H = diag(4, 2, 1e-3): rtol = 1e-2 gives k = 2, s_k = 2, R_ill = 1 / ((20 + 1e-6)/4 - 2)
+        out = call(np.eye(3), np.diag([4.0, 2.0, 1e-3]), rtol=1e-2)
+        assert float(out.r_ill) == pytest.approx(1 / ((20 + 1e-6) / 4 - 2), rel=1e-14)
+        with pytest.raises(ValueError, match=r"^solver must be 'auto' or one of"):
+            call(np.eye(2), np.diag([2.0, 1.0]), solver="nope")

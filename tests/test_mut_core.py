@@ -486,3 +486,89 @@ def test_regularizers_from_covariance_pass_their_arguments(tracked) -> None:
         assert float(out.r_ill) == pytest.approx(1 / ((20 + 1e-6) / 4 - 2), rel=1e-14)
         with pytest.raises(ValueError, match=r"^solver must be 'auto' or one of"):
             call(np.eye(2), np.diag([2.0, 1.0]), solver="nope")
+
+
+def test_regularizers_from_data_pass_rtol_on_both_routes() -> None:
+    # H route: X = diag(2, 1, 0.05), theta = I: H = diag(4, 1, 0.0025). rtol = 1e-2: k = 2, s_k = 1 (v_k = e_2),
+    # d = ||H||_F^2 / 4 - 1/2; Thm 4.2(2): 2 K theta (e_2 e_2^T - H/2) / d^2 = diag(-16, 1, -6.25e-6) / d^2
+    X = _diag_features(3, 3, [2.0, 1.0, 0.05])
+    d = (17 + 0.05**4) / 4 - 0.5
+    out = gram.regularizers_from_data(np.eye(3), X, rtol=1e-2)
+    assert float(out.r_ill) == pytest.approx(1 / d, rel=1e-14)
+    expected = np.diag([-16.0, 1.0, -0.05**4]) / d**2
+    for grad in (out.grad_ill, gram.grad_theta_r_ill_from_data(np.eye(3), X, rtol=1e-2)):
+        np.testing.assert_allclose(grad, expected, rtol=1e-13, atol=1e-15)
+    # Gram route: X = [[2, 0, 0], [0, 0.05, 0]] (N = 2 < D = 3): rtol = 1e-2 leaves k = 1, where R_ill is undefined
+    Xg = _diag_features(2, 3, [2.0, 0.05])
+    assert np.isfinite(gram.regularizers_from_data(np.eye(3), Xg).r_ill)
+    with pytest.raises(UndefinedRegularizerError, match=r"all k = 1 nonzero"):
+        gram.regularizers_from_data(np.eye(3), Xg, rtol=1e-2)
+
+
+def test_regularizers_from_data_default_rtol_is_D_eps() -> None:
+    # H = diag(1, 2^-48) = diag(1, 16 eps). D = 2, N = 100: D eps = 2 eps keeps it (k = 2, R_ill defined);
+    # D = 100, N = 2 (Gram route): D eps = 100 eps drops it (k = 1, R_ill undefined), though N eps = 2 eps would not
+    assert np.isfinite(gram.regularizers_from_data(np.eye(2), _diag_features(100, 2, [1.0, 2.0**-24])).r_ill)
+    with pytest.raises(UndefinedRegularizerError, match=r"all k = 1 nonzero"):
+        gram.regularizers_from_data(np.eye(100), _diag_features(2, 100, [1.0, 2.0**-24]))
+
+
+def test_regularizers_from_data_checks_and_names() -> None:
+    nan_X = _diag_features(3, 2, [1.0, 1.0])
+    nan_X[0, 1] = np.nan
+    with pytest.raises(ValueError, match=r"^X contains non-finite entries \(1 NaN, 0 Inf\)"):
+        gram.regularizers_from_data(np.eye(2), nan_X)
+    with pytest.raises(ValueError, match=r"^theta contains non-finite entries \(1 NaN, 0 Inf\)"):
+        gram.regularizers_from_data(np.array(NAN_2x2), np.eye(2))
+    # check=False: no finiteness scan; the NaN reaches the spectrum, and the gradient's gap test refuses it
+    with pytest.raises(DegenerateSpectrumError, match=r"gap to s_2 is nan"):
+        gram.regularizers_from_data(np.eye(2), nan_X, check=False)
+    with pytest.raises(DegenerateSpectrumError, match=r"gap to s_2 is nan"):
+        gram.regularizers_from_data(np.array(NAN_2x2), np.eye(2), check=False)
+    with pytest.raises(ValueError, match=r"^F F\^T has rank zero"):  # Gram route
+        gram.regularizers_from_data(np.eye(3), np.zeros((2, 3)))
+    with pytest.raises(TypeError, match=r"^mixed NumPy arrays and torch tensors"):
+        gram.regularizers_from_data(np.eye(2), torch.eye(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"^X must be N x D_in with D_in = theta.shape\[0\] = 3, got X of shape "
+                                         r"\(4, 2\)$"):
+        gram.regularizers_from_data(np.ones((3, 2)), np.ones((4, 2)))
+    # theta D_in x D with D_in = 3 != D = 2: X (N x D_in) fits; H = theta^T X^T X theta = diag(4, 1)
+    theta = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    out = gram.regularizers_from_data(theta, _diag_features(4, 3, [2.0, 1.0, 7.0]))
+    assert float(out.r_ill) == 1 / (17 / 4 - 0.5)
+
+
+@pytest.mark.parametrize("which", ["well", "ill"])
+def test_theta_gradients_from_data_pass_their_arguments(which) -> None:
+    f = gram.grad_theta_r_well_from_data if which == "well" else gram.grad_theta_r_ill_from_data
+    # only the needed extreme must be unique: H = diag(2, 1, 1) (R_well: s_1 = 2 unique) and H = diag(1, 1, 1/2)
+    # (R_ill: s_k = 1/2 unique); the other end is degenerate and must not be looked at
+    ok = np.diag(np.sqrt([2.0, 1.0, 1.0] if which == "well" else [1.0, 1.0, 0.5]))
+    assert np.isfinite(f(np.eye(3), ok)).all()
+    # the needed end degenerate (H = I for R_well, H = diag(4, 1, 1) for R_ill): the default policy raises,
+    # on_degenerate="ignore" returns the formula's value (one subgradient)
+    bad = np.eye(3) if which == "well" else np.diag([2.0, 1.0, 1.0])
+    with pytest.raises(DegenerateSpectrumError):
+        f(np.eye(3), bad)
+    assert np.isfinite(f(np.eye(3), bad, on_degenerate="ignore")).all()
+    # gap_rtol = 1e-3 calls a relative gap of 1e-6 degenerate; the default 1.5e-8 does not
+    near = np.diag(np.sqrt([1 + 1e-6, 1.0, 0.25] if which == "well" else [4.0, 1 + 1e-6, 1.0]))
+    assert np.isfinite(f(np.eye(3), near)).all()
+    with pytest.raises(DegenerateSpectrumError, match=r"\(gap_rtol = 1\.0e-03\)"):
+        f(np.eye(3), near, gap_rtol=1e-3)
+    with pytest.raises(ValueError, match=r"^rtol must be None or a relative tolerance in \[0, 1\)"):
+        f(np.eye(3), near, rtol=1.5)
+    with pytest.raises(ValueError, match=r"^solver must be 'auto' or one of"):
+        f(np.eye(3), near, solver="nope")
+    with pytest.raises(ValueError, match=r"^theta contains non-finite entries"):
+        f(np.array(NAN_2x2), np.eye(2))
+    with pytest.raises(DegenerateSpectrumError, match=r"is nan"):
+        f(np.array(NAN_2x2), np.eye(2), check=False)
+
+
+def test_regularizers_from_covariance_gap_rtol_and_rank_one() -> None:
+    with pytest.raises(DegenerateSpectrumError, match=r"\(gap_rtol = 1\.0e-03\)"):
+        gram.regularizers_from_covariance(np.eye(2), np.diag([1 + 1e-6, 1.0]), gap_rtol=1e-3)
+    # H = diag(1, 0): k = 1, R_ill undefined (its denominator ||H||_F^2/2 - s_1^2/2 is 0): with check it says so
+    with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(H\(theta\)\) is undefined.*all k = 1"):
+        gram.regularizers_from_covariance(np.eye(2), np.diag([1.0, 0.0]))

@@ -572,3 +572,30 @@ def test_regularizers_from_covariance_gap_rtol_and_rank_one() -> None:
     # H = diag(1, 0): k = 1, R_ill undefined (its denominator ||H||_F^2/2 - s_1^2/2 is 0): with check it says so
     with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(H\(theta\)\) is undefined.*all k = 1"):
         gram.regularizers_from_covariance(np.eye(2), np.diag([1.0, 0.0]))
+
+
+def test_gram_route_extremes_are_those_of_H() -> None:
+    # F = [[2, 0, 0], [0, 0.05, 0]] (N = 2 < D = 3): H = diag(4, 0.0025, 0), a symmetric D x D matrix, so its
+    # extreme singular vectors are u = v = +-e_1 (top) and +-e_2 (smallest nonzero), in R^D, and p = D = 3
+    e = gram.feature_extremes(_diag_features(2, 3, [2.0, 0.05]))
+    assert e.p == 3
+    for u, v, k in ((e.u_max, e.v_max, 0), (e.u_min, e.v_min, 1)):
+        assert np.array_equal(np.abs(v), np.eye(3)[k]) and np.array_equal(u, v)
+
+
+@pytest.mark.parametrize("N, D", [(3, 2), (2, 3)], ids=["H route", "Gram route"])
+def test_regularizers_from_data_zero_rank_one_and_gap(N, D) -> None:
+    what = r"H\(theta\)" if N >= D else r"F F\^T"
+    with pytest.raises(ValueError, match=rf"^{what} has rank zero \(it is the zero matrix\)"):
+        gram.regularizers_from_data(np.eye(D), np.zeros((N, D)))
+    # check=False: no rank-zero test; the degeneracy policy refuses H = 0 instead
+    with np.errstate(invalid="ignore"), pytest.raises(DegenerateSpectrumError, match=r"^s_max = s_1 of H\(theta\)"):
+        gram.regularizers_from_data(np.eye(D), np.zeros((N, D)), check=False)
+    # H = diag(1, 0, ...): k = 1 and R_ill is undefined; check says so
+    with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(H\(theta\)\) is undefined.*all k = 1"):
+        gram.regularizers_from_data(np.eye(D), _diag_features(N, D, [1.0]))
+    # a relative gap of 1e-6 between s_1 and s_2 is degenerate for gap_rtol = 1e-3 only
+    near = _diag_features(N, D, [1.0, (1 - 1e-6) ** 0.5])
+    with pytest.raises(DegenerateSpectrumError, match=r"\(gap_rtol = 1\.0e-03\)"):
+        gram.regularizers_from_data(np.eye(D), near, gap_rtol=1e-3, which=("max",))
+    assert np.isfinite(gram.regularizers_from_data(np.eye(D), near, which=("max",)).grad_well).all()

@@ -599,3 +599,26 @@ def test_regularizers_from_data_zero_rank_one_and_gap(N, D) -> None:
     with pytest.raises(DegenerateSpectrumError, match=r"\(gap_rtol = 1\.0e-03\)"):
         gram.regularizers_from_data(np.eye(D), near, gap_rtol=1e-3, which=("max",))
     assert np.isfinite(gram.regularizers_from_data(np.eye(D), near, which=("max",)).grad_well).all()
+
+
+@pytest.mark.parametrize("route", ["covariance", "data", "gram"])
+def test_regularizers_and_theta_gradients_in_torch(route) -> None:
+    # theta = I, H = diag(4, 1, 1/4) (K = H, X = sqrt(H); Gram route: theta = I_3 and X padded to N = 3 < D = 4).
+    # Thm 4.2(1): 2 H (s_1 e_1 e_1^T - H/p) = diag(64/3, -2/3, -1/24) for p = 3. Thm 4.2(2): k = 3, s_k = 1/4,
+    # ||H||_F^2 = 273/16, d = 273/96 - 1/32 = 45/16: 2 H (s_k e_3 e_3^T - H/3) / d^2 = diag(-32/3, -2/3, 1/12) / d^2.
+    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    if route == "covariance":
+        out = gram.regularizers_from_covariance(t(np.eye(3)), t(np.diag([4.0, 1.0, 0.25])))
+    elif route == "data":
+        out = gram.regularizers_from_data(t(np.eye(3)), t(np.diag([2.0, 1.0, 0.5])))
+    else:
+        out = gram.regularizers_from_data(t(np.eye(4)), t(_diag_features(3, 4, [2.0, 1.0, 0.5])))
+    p = 3 if route != "gram" else 4  # R_well's p is D
+    well = 2 * np.diag([4.0, 1.0, 0.25]) @ (np.diag([4.0, 0, 0]) - np.diag([4.0, 1.0, 0.25]) / p)
+    ill = np.diag([-32 / 3, -2 / 3, 1 / 12]) / (45 / 16) ** 2
+    if route == "gram":
+        well, ill = np.pad(well, (0, 1)), np.pad(ill, (0, 1))
+    for got, want in ((out.grad_well, well), (out.grad_ill, ill)):
+        assert isinstance(got, torch.Tensor)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-13, atol=1e-14)
+    assert float(out.r_ill) == pytest.approx(16 / 45, rel=1e-14)

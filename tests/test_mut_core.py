@@ -622,3 +622,13 @@ def test_regularizers_and_theta_gradients_in_torch(route) -> None:
         assert isinstance(got, torch.Tensor)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-13, atol=1e-14)
     assert float(out.r_ill) == pytest.approx(16 / 45, rel=1e-14)
+
+
+def test_torch_gradient_of_r_ill_names_h_theta_and_honours_check() -> None:
+    # H = diag(1, 0): k = 1, R_ill undefined. The torch path evaluates the closed form generically: its error must
+    # still name H(theta), and check=False (the hot loop) must still skip the test (R_ill = 1/0 = inf then)
+    theta, K = torch.eye(2, dtype=torch.float64), torch.diag(torch.tensor([1.0, 0.0], dtype=torch.float64))
+    with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(H\(theta\)\) is undefined"):
+        gram.regularizers_from_covariance(theta, K, which=("min",))
+    out = gram.regularizers_from_covariance(theta, K, which=("min",), check=False)
+    assert float(out.r_ill) == np.inf

@@ -424,7 +424,8 @@ def test_feature_extremes_default_rtol_is_D_eps() -> None:
     assert int(gram.feature_extremes(_diag_features(2, 100, [1.0, 2.0**-24])).rank) == 1
 
 
-@pytest.mark.parametrize("N, D, what", [(3, 2, r"F\^T F"), (2, 3, r"F F\^T")], ids=["H route", "Gram route"])
+@pytest.mark.parametrize("N, D, what", [(3, 2, r"F\^T F"), (3, 3, r"F\^T F"), (2, 3, r"F F\^T")],
+                         ids=["H route", "square: H route", "Gram route"])
 def test_feature_extremes_checks_and_names(N, D, what) -> None:
     with pytest.raises(ValueError, match=rf"^{what} has rank zero \(it is the zero matrix\)"):
         gram.feature_extremes(np.zeros((N, D)))
@@ -583,7 +584,7 @@ def test_gram_route_extremes_are_those_of_H() -> None:
         assert np.array_equal(np.abs(v), np.eye(3)[k]) and np.array_equal(u, v)
 
 
-@pytest.mark.parametrize("N, D", [(3, 2), (2, 3)], ids=["H route", "Gram route"])
+@pytest.mark.parametrize("N, D", [(3, 2), (2, 2), (2, 3)], ids=["H route", "square: H route", "Gram route"])
 def test_regularizers_from_data_zero_rank_one_and_gap(N, D) -> None:
     what = r"H\(theta\)" if N >= D else r"F F\^T"
     with pytest.raises(ValueError, match=rf"^{what} has rank zero \(it is the zero matrix\)"):
@@ -601,16 +602,20 @@ def test_regularizers_from_data_zero_rank_one_and_gap(N, D) -> None:
     assert np.isfinite(gram.regularizers_from_data(np.eye(D), near, which=("max",)).grad_well).all()
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32", "torch"])
 @pytest.mark.parametrize("route", ["covariance", "data", "gram"])
-def test_regularizers_and_theta_gradients_in_torch(route) -> None:
-    # theta = I, H = diag(4, 1, 1/4) (K = H, X = sqrt(H); Gram route: theta = I_3 and X padded to N = 3 < D = 4).
-    # Thm 4.2(1): 2 H (s_1 e_1 e_1^T - H/p) = diag(64/3, -2/3, -1/24) for p = 3. Thm 4.2(2): k = 3, s_k = 1/4,
-    # ||H||_F^2 = 273/16, d = 273/96 - 1/32 = 45/16: 2 H (s_k e_3 e_3^T - H/3) / d^2 = diag(-32/3, -2/3, 1/12) / d^2.
-    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
+def test_regularizers_and_theta_gradients_on_every_route(route, dtype) -> None:
+    # theta = I, H = diag(4, 1, 1/4) (K = H; X = sqrt(H) padded to N = 4 > D = 3 rows; Gram route: theta = I_4 and
+    # X with N = 3 < D = 4). Thm 4.2(1): 2 H (s_1 e_1 e_1^T - H/p) = diag(64/3, -2/3, -1/24) for p = 3.
+    # Thm 4.2(2): k = 3, s_k = 1/4, ||H||_F^2 = 273/16, d = 273/96 - 1/32 = 45/16:
+    # 2 H (s_k e_3 e_3^T - H/3) / d^2 = diag(-32/3, -2/3, 1/12) / d^2. The result keeps the input's kind and dtype.
+    def t(a):
+        return torch.tensor(a, dtype=torch.float64) if dtype == "torch" else np.asarray(a, dtype=dtype)
+
     if route == "covariance":
         out = gram.regularizers_from_covariance(t(np.eye(3)), t(np.diag([4.0, 1.0, 0.25])))
     elif route == "data":
-        out = gram.regularizers_from_data(t(np.eye(3)), t(np.diag([2.0, 1.0, 0.5])))
+        out = gram.regularizers_from_data(t(np.eye(3)), t(_diag_features(4, 3, [2.0, 1.0, 0.5])))
     else:
         out = gram.regularizers_from_data(t(np.eye(4)), t(_diag_features(3, 4, [2.0, 1.0, 0.5])))
     p = 3 if route != "gram" else 4  # R_well's p is D
@@ -618,17 +623,24 @@ def test_regularizers_and_theta_gradients_in_torch(route) -> None:
     ill = np.diag([-32 / 3, -2 / 3, 1 / 12]) / (45 / 16) ** 2
     if route == "gram":
         well, ill = np.pad(well, (0, 1)), np.pad(ill, (0, 1))
+    tol = 1e-13 if dtype != "float32" else 1e-5
     for got, want in ((out.grad_well, well), (out.grad_ill, ill)):
-        assert isinstance(got, torch.Tensor)
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-13, atol=1e-14)
-    assert float(out.r_ill) == pytest.approx(16 / 45, rel=1e-14)
+        if dtype == "torch":
+            assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
+            got = got.numpy()
+        else:
+            assert got.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    assert float(out.r_ill) == pytest.approx(16 / 45, rel=tol)
 
 
-def test_torch_gradient_of_r_ill_names_h_theta_and_honours_check() -> None:
-    # H = diag(1, 0): k = 1, R_ill undefined. The torch path evaluates the closed form generically: its error must
-    # still name H(theta), and check=False (the hot loop) must still skip the test (R_ill = 1/0 = inf then)
-    theta, K = torch.eye(2, dtype=torch.float64), torch.diag(torch.tensor([1.0, 0.0], dtype=torch.float64))
+@pytest.mark.parametrize("to", backends())
+def test_gradient_of_r_ill_names_h_theta_and_honours_check(to) -> None:
+    # H = diag(1, 0): k = 1, R_ill undefined. Both closed-form paths (NumPy's coefficients + BLAS update, torch's
+    # generic expression) must name H(theta), and check=False (the hot loop) must skip the test (R_ill = 1/0 = inf)
+    theta, K = to(np.eye(2)), to(np.diag([1.0, 0.0]))
     with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(H\(theta\)\) is undefined"):
         gram.regularizers_from_covariance(theta, K, which=("min",))
-    out = gram.regularizers_from_covariance(theta, K, which=("min",), check=False)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = gram.regularizers_from_covariance(theta, K, which=("min",), check=False)
     assert float(out.r_ill) == np.inf

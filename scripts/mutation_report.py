@@ -10,6 +10,8 @@ as UNEXPLAINED. Mutants that a later test kills show up as killed on the next ru
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import json
 import re
 import subprocess
@@ -36,10 +38,25 @@ def results(mutmut: str) -> dict[str, dict[str, str]]:
     return by_module
 
 
-def diff(mutmut: str, name: str) -> str:
-    out = subprocess.run([mutmut, "show", name], cwd=ROOT, capture_output=True, text=True).stdout
-    return "\n".join(line for line in out.splitlines()[1:] if line.startswith(("+", "-"))
-                     and not line.startswith(("+++", "---")))
+def mutant_sources(module: str) -> dict[str, str]:
+    """function name -> source, of mutmut's copy of ``module`` (the original of ``f`` is ``x_f__mutmut_orig``,
+    mutant N ``x_f__mutmut_N``)."""
+    text = (ROOT / "mutants" / "src" / "kappalab" / f"{module}.py").read_text()
+    lines = text.splitlines()
+    return {node.name: "\n".join(lines[node.lineno - 1:node.end_lineno])
+            for node in ast.walk(ast.parse(text)) if isinstance(node, ast.FunctionDef)}
+
+
+def diff(sources: dict[str, str], name: str) -> str:
+    """The changed lines of mutant ``name`` (as ``mutmut show`` prints them, read from the files: one mutmut
+    process per survivor took seconds each)."""
+    mutant = name.rsplit(".", 1)[1]
+    base = mutant.rsplit("__mutmut_", 1)[0]
+    plain = base.removeprefix("x_")
+    before = sources[base + "__mutmut_orig"].replace(base + "__mutmut_orig", plain).splitlines()
+    after = sources[mutant].replace(mutant, plain).splitlines()
+    return "\n".join(line for line in difflib.unified_diff(before, after, lineterm="", n=0)
+                     if line.startswith(("+", "-")) and not line.startswith(("+++", "---")))
 
 
 def main() -> None:
@@ -61,9 +78,10 @@ def main() -> None:
             continue
         counts = Counter(statuses.values())
         survivors = []
+        sources = mutant_sources(module)
         for name in sorted(n for n, s in statuses.items() if s in ("survived", "no tests")):
             reason = reasons.get(name, "UNEXPLAINED")
-            survivors.append({"mutant": name, "diff": diff(args.mutmut, name), "reason": reason})
+            survivors.append({"mutant": name, "diff": diff(sources, name), "reason": reason})
         equivalent = sum(1 for s in survivors if s["reason"].startswith("equivalent"))
         killed = counts["killed"] + counts["timeout"]
         unchecked = counts["not checked"] + counts["skipped"]

@@ -644,3 +644,94 @@ def test_gradient_of_r_ill_names_h_theta_and_honours_check(to) -> None:
     with np.errstate(divide="ignore", invalid="ignore"):
         out = gram.regularizers_from_covariance(theta, K, which=("min",), check=False)
     assert float(out.r_ill) == np.inf
+
+
+# ---- kappalab.regularizers ----------------------------------------------------------------------------------------
+# S = diag(2, 1, 1/2): R_well = s_1^2/2 - ||S||_F^2/(2p) = 2 - 5.25/6; grad R_well = s_1 e_1 e_1^T - S/p
+# = diag(4/3, -1/3, -1/6). R_ill: k = 3, s_k = 1/2, d = 5.25/6 - 1/8 = 3/4, R_ill = 4/3;
+# grad R_ill = (s_k e_3 e_3^T - S/3) / d^2 = diag(-2/3, -1/3, 1/3) / (9/16).
+REG_S = np.diag([2.0, 1.0, 0.5])
+REG_VALUES = {"r_well": 2 - 5.25 / 6, "r_ill": 4 / 3}
+REG_GRADS = {"r_well": np.diag([4 / 3, -1 / 3, -1 / 6]), "r_ill": np.diag([-2 / 3, -1 / 3, 1 / 3]) * 16 / 9}
+
+
+@pytest.mark.parametrize("psd", [False, True], ids=["svd", "psd"])
+@pytest.mark.parametrize("which", ["r_well", "r_ill"])
+def test_regularizers_known_values_and_arguments(which, psd) -> None:
+    value, grad = getattr(kl, which), getattr(kl, f"grad_{which}")
+    assert float(value(REG_S, psd=psd)) == pytest.approx(REG_VALUES[which], rel=1e-14)
+    np.testing.assert_allclose(grad(REG_S, psd=psd), REG_GRADS[which], rtol=1e-14, atol=1e-15)
+    for f in (value, grad):
+        with pytest.raises(ValueError, match=r"^rtol must be None or a relative tolerance in \[0, 1\)"):
+            f(REG_S, psd=psd, rtol=1.5)
+        with pytest.raises(ValueError, match=r"^S contains non-finite entries \(1 NaN, 0 Inf\)"):
+            f(np.array(NAN_2x2), psd=psd)
+        with pytest.raises(ValueError, match=r"^S must be a 2-D matrix"):
+            f(np.ones(3), psd=psd)
+        if psd:
+            with pytest.raises(ValueError, match=r"^solver must be 'auto' or one of"):
+                f(REG_S, psd=True, solver="nope")
+            with pytest.raises(ValueError, match=r"^S must be symmetric"):
+                f(np.array([[2.0, 1.0], [0.0, 1.0]]), psd=True)
+            with pytest.raises(ValueError, match=r"^S must be positive semidefinite"):
+                f(np.diag([2.0, 1.0, -1.0]), psd=True)
+            with pytest.raises(ValueError, match=r"^S must be square"):
+                f(np.ones((2, 3)), psd=True)
+        else:  # the SVD route takes any matrix: diag(2, 1, -1/2) has the singular values of REG_S
+            assert float(f(np.diag([2.0, 1.0, 0.5]) @ np.diag([1.0, 1.0, -1.0])).ravel()[0]) == pytest.approx(
+                float(f(REG_S).ravel()[0]), rel=1e-14)
+    with pytest.raises(ValueError, match=r"^on_degenerate must be 'raise', 'warn' or 'ignore', got 'bogus'"):
+        value(REG_S, psd=psd, on_degenerate="bogus")
+
+
+@pytest.mark.parametrize("psd", [False, True], ids=["svd", "psd"])
+def test_r_ill_passes_rtol(psd) -> None:
+    # S = diag(2, 1, 0.05), rtol = 0.1 (threshold 0.2): k = 2, s_k = 1, ||S||_F^2 = 5.0025, d = 5.0025/4 - 1/2
+    S = np.diag([2.0, 1.0, 0.05])
+    d = 5.0025 / 4 - 0.5
+    assert float(kl.r_ill(S, psd=psd, rtol=0.1)) == pytest.approx(1 / d, rel=1e-14)
+    np.testing.assert_allclose(kl.grad_r_ill(S, psd=psd, rtol=0.1), np.diag([-1.0, 0.5, -0.025]) / d**2,
+                               rtol=1e-14, atol=1e-16)
+
+
+@pytest.mark.parametrize("psd", [False, True], ids=["svd", "psd"])
+@pytest.mark.parametrize("which", ["r_well", "r_ill"])
+def test_regularizer_gradients_degeneracy_policy_and_gap(which, psd) -> None:
+    grad = getattr(kl, f"grad_{which}")
+    # the needed end repeated (s_1 for R_well, s_k for R_ill): raise by default, a subgradient with "ignore"
+    bad = np.diag([1.0, 1.0, 0.5]) if which == "r_well" else np.diag([2.0, 1.0, 1.0])
+    with pytest.raises(DegenerateSpectrumError):
+        grad(bad, psd=psd)
+    assert np.isfinite(grad(bad, psd=psd, on_degenerate="ignore")).all()
+    with pytest.warns(UserWarning):
+        grad(bad, psd=psd, on_degenerate="warn")
+    # a relative gap of 1e-6 is degenerate for gap_rtol = 1e-3 only
+    near = np.diag([1 + 1e-6, 1.0, 0.5]) if which == "r_well" else np.diag([2.0, 1 + 1e-6, 1.0])
+    assert np.isfinite(grad(near, psd=psd)).all()
+    with pytest.raises(DegenerateSpectrumError, match=r"\(gap_rtol = 1\.0e-03\)"):
+        grad(near, psd=psd, gap_rtol=1e-3)
+
+
+@pytest.mark.parametrize("which", ["r_well", "r_ill"])
+def test_regularizers_backpropagate_the_closed_form(which) -> None:
+    S = torch.tensor(REG_S, requires_grad=True)
+    getattr(kl, which)(S).backward()
+    np.testing.assert_allclose(S.grad.numpy(), REG_GRADS[which], rtol=1e-14, atol=1e-15)
+    with pytest.raises(DegenerateSpectrumError):  # the policy applies before autograd (s_1 or s_k repeated)
+        bad = np.diag([1.0, 1.0, 0.5]) if which == "r_well" else np.diag([2.0, 1.0, 1.0])
+        getattr(kl, which)(torch.tensor(bad, requires_grad=True))
+
+
+def test_regularizers_out_of_range_warn_and_return_ieee_values() -> None:
+    from kappalab.errors import FloatRangeWarning
+
+    # S = diag(2^600, 1): R_well = 2^1200 / 2 - (2^1200 + 1) / 4 ~ 2^1198, above float64's range: inf, with a warning
+    with pytest.warns(FloatRangeWarning, match=r"^R_well\(S\) has magnitude ~1e\+361, above the normal range of "
+                                               r"float64: returned as inf$"):
+        assert float(kl.r_well(np.diag([2.0**600, 1.0]))) == np.inf
+    with warnings.catch_warnings():  # check=False: no range test, no warning
+        warnings.simplefilter("error")
+        assert float(kl.r_well(np.diag([2.0**600, 1.0]), check=False)) == np.inf
+    # S = diag(2^-600, 2^-601): R_ill = 1 / (||S||_F^2/4 - s_2^2/2) = (16/3) 2^1200: inf too
+    with pytest.warns(FloatRangeWarning, match=r"^R_ill\(S\) has magnitude .* above the normal range"):
+        assert float(kl.r_ill(np.diag([2.0**-600, 2.0**-601]))) == np.inf

@@ -735,3 +735,21 @@ def test_regularizers_out_of_range_warn_and_return_ieee_values() -> None:
     # S = diag(2^-600, 2^-601): R_ill = 1 / (||S||_F^2/4 - s_2^2/2) = (16/3) 2^1200: inf too
     with pytest.warns(FloatRangeWarning, match=r"^R_ill\(S\) has magnitude .* above the normal range"):
         assert float(kl.r_ill(np.diag([2.0**-600, 2.0**-601]))) == np.inf
+
+
+def test_extremes_route_checks_and_names() -> None:
+    from kappalab.regularizers import extremes
+
+    # default: the SVD route, any matrix (diag(3, -1) has singular values 3, 1); psd=True: eigenvalues, PSD checked
+    e = extremes(np.diag([3.0, -1.0]))
+    assert (float(e.s_max), float(e.s_min), int(e.rank)) == (3.0, 1.0, 2)
+    with pytest.raises(ValueError, match=r"^K must be positive semidefinite"):
+        extremes(np.diag([3.0, -1.0]), psd=True, name="K")
+    for psd in (False, True):
+        with pytest.raises(ValueError, match=r"^K must be a 2-D matrix"):
+            extremes(np.ones(3), psd=psd, name="K")
+    with pytest.raises(ValueError, match=r"^K contains non-finite entries"):
+        extremes(np.array(NAN_2x2), psd=True, name="K")
+    # check=False: no finiteness scan; NumPy's SVD meets the NaN
+    with pytest.raises(np.linalg.LinAlgError):
+        extremes(np.array(NAN_2x2), check=False)

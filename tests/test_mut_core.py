@@ -17,7 +17,7 @@ import kappalab as kl
 from kappalab import gram
 from kappalab import kappa as K
 from kappalab.errors import DegenerateSpectrumError, UndefinedRegularizerError
-from test_kappa import built
+from test_kappa import _orthogonal, built
 
 EPS = float(np.finfo(float).eps)
 NAN_2x2 = [[1.0, np.nan], [0.0, 1.0]]  # NaN in the upper triangle (eigvalsh reads the lower one)
@@ -753,3 +753,121 @@ def test_extremes_route_checks_and_names() -> None:
     # check=False: no finiteness scan; NumPy's SVD meets the NaN
     with pytest.raises(np.linalg.LinAlgError):
         extremes(np.array(NAN_2x2), check=False)
+
+
+# ---- kappalab.spectral --------------------------------------------------------------------------------------------
+# A = Q diag(lambda) Q^T with Q an exactly orthogonal rational matrix (test_kappa's construction): the eigenpairs
+# are known; n = 10 >= 8, so the extreme-only solvers run (below 8 they defer to "eigh").
+
+FULL = [10.0, 7.0, 5.0, 4.0, 3.0, 2.5, 2.0, 1.5, 1.2, 1.0]
+DEFICIENT = [10.0, 7.0, 5.0, 3.0, 2.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def _spectral_case(values: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    Q = np.array([[float(x) for x in row] for row in _orthogonal(len(values), 0)])
+    return built([Fraction(v) for v in values], (len(values), len(values))), Q
+
+
+@pytest.mark.parametrize("solver", ["eigh", "tridiag", "subset", "lobpcg", "arpack", "auto"])
+@pytest.mark.parametrize("values", [FULL, DEFICIENT], ids=["full rank", "rank 6"])
+def test_psd_extremes_every_solver_against_the_known_eigenpairs(solver, values) -> None:
+    from kappalab import spectral
+
+    A, Q = _spectral_case(values)
+    before = dict(spectral.FALLBACKS)
+    e = spectral.psd_extremes(A, solver=solver)
+    k = sum(v > 0 for v in values)
+    # values: the float A is the exact one rounded entrywise (Weyl: within n eps/2 max|a_ij|), plus the solver's
+    # backward error; the iterative solvers are converged to about 1e-10 relative (their residual test)
+    tol = 1e-12 if solver in ("eigh", "tridiag", "subset", "auto") else 1e-9
+    assert int(e.rank) == k and e.p == 10
+    for got, want in ((e.s_max, 10.0), (e.s_2, 7.0), (e.s_min, values[k - 1]), (e.s_km1, values[k - 2])):
+        assert float(got) == pytest.approx(want, rel=tol, abs=tol)
+    assert float(e.fro2) == pytest.approx(sum(v * v for v in values), rel=1e-14)
+    assert float(e.threshold) == 10 * EPS * float(e.s_max)
+    for u, v, col in ((e.u_max, e.v_max, 0), (e.u_min, e.v_min, k - 1)):  # eigenvectors up to sign, u = v
+        assert np.array_equal(u, v)
+        assert abs(float(v @ Q[:, col])) == pytest.approx(1.0, abs=1e-6 if tol > 1e-12 else 1e-12)
+    # the extreme-only solvers cannot count a deficient rank: they defer to "eigh", and say so
+    deferred = solver in ("subset", "lobpcg", "arpack") and k < 10
+    assert spectral.FALLBACKS.get(solver, 0) - before.get(solver, 0) == int(deferred)
+
+
+def test_psd_extremes_extreme_solvers_defer_below_n_8() -> None:
+    from kappalab import spectral
+
+    A = np.diag([3.0, 2.0, 1.0])
+    before = spectral.FALLBACKS.get("subset", 0)
+    e = spectral.psd_extremes(A, solver="subset")
+    assert (float(e.s_max), float(e.s_min), int(e.rank)) == (3.0, 1.0, 3)
+    assert spectral.FALLBACKS["subset"] == before + 1
+
+
+def test_psd_extremes_checks_and_names() -> None:
+    from kappalab import spectral
+
+    A = np.diag([2.0, 1.0])
+    with pytest.raises(ValueError, match=r"^solver must be 'auto' or one of \['eigh', 'arpack', 'lobpcg', 'subset', "
+                                         r"'tridiag'\], got 'nope'$"):
+        spectral.psd_extremes(A, solver="nope")
+    with pytest.raises(ValueError, match=r"^solver 'tridiag' takes NumPy arrays; use 'eigh' \(or 'auto'\) for torch"):
+        spectral.psd_extremes(torch.tensor(A), solver="tridiag")
+    with pytest.raises(ValueError, match=r"^K contains non-finite entries"):
+        spectral.psd_extremes(np.array([[1.0, np.nan], [np.nan, 1.0]]), name="K")
+    with pytest.raises(ValueError, match=r"^K must be symmetric"):
+        spectral.psd_extremes(np.array([[1.0, 0.5], [0.0, 1.0]]), name="K")
+    with pytest.raises(ValueError, match=r"^K has rank zero"):
+        spectral.psd_extremes(np.zeros((2, 2)), name="K")
+    # scale: the matrix is 2^-scale times the caller's; the message shows the caller's eigenvalue -4
+    with pytest.raises(ValueError, match=r"^K must be positive semidefinite: its smallest eigenvalue is -4\.0+e\+00"):
+        spectral.psd_extremes(np.diag([2.0, -1.0]), name="K", scale=2)
+    # rtol is the PSD tolerance as well as the rank rule's: -1e-10 passes at rtol = 1e-8 (and is no nonzero value)
+    e = spectral.psd_extremes(np.diag([1.0, -1e-10]), rtol=1e-8)
+    assert (int(e.rank), float(e.threshold)) == (1, 1e-8)
+    # check=False: none of these tests (a host sync each); the zero matrix gives rank 0
+    assert int(spectral.psd_extremes(np.zeros((2, 2)), check=False).rank) == 0
+    assert int(spectral.psd_extremes(np.diag([1.0, -1.0]), check=False).rank) == 1
+
+
+def test_require_unique_policies_and_boundary() -> None:
+    from kappalab import spectral
+    from kappalab.errors import DegenerateSpectrumWarning
+
+    e = spectral.psd_extremes(np.diag([2.0, 1.0, 0.5]))  # gap_top = 1, gap_bottom = 0.5, s_max = 2
+    # unique means gap > gap_rtol * s_max: a gap equal to it is degenerate
+    spectral.require_unique(e, "max", "raise", 0.4999, "H")
+    with pytest.raises(DegenerateSpectrumError, match=r"^s_max = s_1 of H is not unique: gap to s_2 is 1\.000e\+00 "
+                                                      r"<= gap_rtol \* s_max = 1\.000e\+00 \(gap_rtol = 5\.0e-01\)"):
+        spectral.require_unique(e, "max", "raise", 0.5, "H")
+    spectral.require_unique(e, "min", "raise", 0.2499, "H")
+    with pytest.raises(DegenerateSpectrumError, match=r"^s_min = s_k \(smallest nonzero\) of H is not unique: gap to "
+                                                      r"s_\{k-1\} is 5\.000e-01"):
+        spectral.require_unique(e, "min", "raise", 0.25, "H")
+    with pytest.warns(DegenerateSpectrumWarning, match=r"^s_max = s_1 of H is not unique"):
+        spectral.require_unique(e, "max", "warn", 0.5, "H")
+    spectral.require_unique(e, "max", "ignore", 0.5, "H")
+    with pytest.raises(ValueError, match=r"^on_degenerate must be 'raise', 'warn' or 'ignore', got 'bogus'"):
+        spectral.require_unique(e, "max", "bogus", None, "H")
+    with pytest.raises(ValueError, match=r"^gap_rtol must be None or a non-negative relative gap, got -1"):
+        spectral.require_unique(e, "max", "ignore", -1, "H")
+    # the default gap_rtol is sqrt(eps): a relative gap of 1e-9 is degenerate, 1e-7 is not
+    spectral.require_unique(spectral.psd_extremes(np.diag([1 + 1e-7, 1.0])), "max", "raise", None, "H")
+    with pytest.raises(DegenerateSpectrumError, match=r"\(gap_rtol = 1\.5e-08\)"):
+        spectral.require_unique(spectral.psd_extremes(np.diag([1 + 1e-9, 1.0])), "max", "raise", None, "H")
+
+
+def test_svd_extremes_of_a_rectangular_matrix() -> None:
+    from kappalab import spectral
+
+    # S (2 x 3) = [[0, 3, 0], [1, 0, 0]]: singular values (3, 1), u_max = e_1, v_max = e_2 (in R^3), p = 2
+    S = np.array([[0.0, 3.0, 0.0], [1.0, 0.0, 0.0]])
+    e = spectral.svd_extremes(S)
+    assert (float(e.s_max), float(e.s_min), float(e.s_2), int(e.rank), e.p, float(e.fro2)) == (3.0, 1.0, 1.0, 2, 2,
+                                                                                                 10.0)
+    assert np.array_equal(np.abs(e.u_max), [1.0, 0.0]) and np.array_equal(np.abs(e.v_max), [0.0, 1.0, 0.0])
+    assert np.array_equal(np.abs(e.u_min), [0.0, 1.0]) and np.array_equal(np.abs(e.v_min), [1.0, 0.0, 0.0])
+    assert float(e.s_km1) == 3.0 and float(e.threshold) == 3 * EPS * 3.0
+    with pytest.raises(ValueError, match=r"^S has rank zero"):
+        spectral.svd_extremes(np.zeros((2, 3)))
+    assert int(spectral.svd_extremes(np.zeros((2, 3)), check=False).rank) == 0
+    assert int(spectral.svd_extremes(S, rtol=0.5).rank) == 1  # 1 <= 0.5 * 3

@@ -871,3 +871,14 @@ def test_svd_extremes_of_a_rectangular_matrix() -> None:
         spectral.svd_extremes(np.zeros((2, 3)))
     assert int(spectral.svd_extremes(np.zeros((2, 3)), check=False).rank) == 0
     assert int(spectral.svd_extremes(S, rtol=0.5).rank) == 1  # 1 <= 0.5 * 3
+
+
+def test_formulas_from_extremes_check_by_default_and_name_S() -> None:
+    from kappalab import regularizers as R
+
+    e = R.extremes(np.eye(2))  # k = 2 equal singular values: R_ill's denominator is 0
+    for f in (R.ill_denominator, R.r_ill_from_extremes, lambda e: R.grad_r_ill_from_extremes(e, np.eye(2))):
+        with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(S\) is undefined: its denominator "
+                                                            r"\|\|S\|\|_F\^2/\(2k\) - s_min\^2/2 = 0\.000e\+00 s_max\^2"):
+            f(e)
+    assert float(R.ill_denominator(e, check=False)) == 0.0

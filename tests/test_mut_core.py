@@ -720,6 +720,11 @@ def test_regularizers_backpropagate_the_closed_form(which) -> None:
     with pytest.raises(DegenerateSpectrumError):  # the policy applies before autograd (s_1 or s_k repeated)
         bad = np.diag([1.0, 1.0, 0.5]) if which == "r_well" else np.diag([2.0, 1.0, 1.0])
         getattr(kl, which)(torch.tensor(bad, requires_grad=True))
+    # gap_rtol reaches that policy: a relative gap of 1e-6 is degenerate for gap_rtol = 1e-3
+    near = np.diag([1 + 1e-6, 1.0, 0.5]) if which == "r_well" else np.diag([2.0, 1 + 1e-6, 1.0])
+    getattr(kl, which)(torch.tensor(near, requires_grad=True))
+    with pytest.raises(DegenerateSpectrumError, match=r"\(gap_rtol = 1\.0e-03\)"):
+        getattr(kl, which)(torch.tensor(near, requires_grad=True), gap_rtol=1e-3)
 
 
 def test_regularizers_out_of_range_warn_and_return_ieee_values() -> None:

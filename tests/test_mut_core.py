@@ -700,7 +700,8 @@ def test_regularizer_gradients_degeneracy_policy_and_gap(which, psd) -> None:
     grad = getattr(kl, f"grad_{which}")
     # the needed end repeated (s_1 for R_well, s_k for R_ill): raise by default, a subgradient with "ignore"
     bad = np.diag([1.0, 1.0, 0.5]) if which == "r_well" else np.diag([2.0, 1.0, 1.0])
-    with pytest.raises(DegenerateSpectrumError):
+    label = r"s_max = s_1" if which == "r_well" else r"s_min = s_k \(smallest nonzero\)"
+    with pytest.raises(DegenerateSpectrumError, match=rf"^{label} of S is not unique"):
         grad(bad, psd=psd)
     assert np.isfinite(grad(bad, psd=psd, on_degenerate="ignore")).all()
     with pytest.warns(UserWarning):
@@ -887,3 +888,14 @@ def test_formulas_from_extremes_check_by_default_and_name_S() -> None:
                                                             r"\|\|S\|\|_F\^2/\(2k\) - s_min\^2/2 = 0\.000e\+00 s_max\^2"):
             f(e)
     assert float(R.ill_denominator(e, check=False)) == 0.0
+
+
+@pytest.mark.parametrize("psd", [False, True], ids=["svd", "psd"])
+def test_r_ill_unchecked_returns_the_pole(psd) -> None:
+    # S = I: all singular values equal, R_ill's denominator is exactly 0. check=False (the hot loop) skips the
+    # test: the value is 1/0 = inf and the gradient's formula divides by 0 (no exception either way)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert float(kl.r_ill(np.eye(2), psd=psd, check=False)) == np.inf
+        assert not np.isfinite(kl.grad_r_ill(np.eye(2), psd=psd, check=False, on_degenerate="ignore")).all()
+    with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(S\) is undefined"):
+        kl.r_ill(np.eye(2), psd=psd)

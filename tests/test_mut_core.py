@@ -741,6 +741,9 @@ def test_regularizers_out_of_range_warn_and_return_ieee_values() -> None:
     # S = diag(2^-600, 2^-601): R_ill = 1 / (||S||_F^2/4 - s_2^2/2) = (16/3) 2^1200: inf too
     with pytest.warns(FloatRangeWarning, match=r"^R_ill\(S\) has magnitude .* above the normal range"):
         assert float(kl.r_ill(np.diag([2.0**-600, 2.0**-601]))) == np.inf
+    # grad R_ill scales as c^-3: S = diag(2^-400, 2^-401) gives entries ~ 2^1200: inf, with the warning naming it
+    with pytest.warns(FloatRangeWarning, match=r"^grad R_ill\(S\) has magnitude .* above the normal range"):
+        assert np.isinf(kl.grad_r_ill(np.diag([2.0**-400, 2.0**-401]))).any()
 
 
 def test_extremes_route_checks_and_names() -> None:
@@ -899,3 +902,14 @@ def test_r_ill_unchecked_returns_the_pole(psd) -> None:
         assert not np.isfinite(kl.grad_r_ill(np.eye(2), psd=psd, check=False, on_degenerate="ignore")).all()
     with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(S\) is undefined"):
         kl.r_ill(np.eye(2), psd=psd)
+
+
+def test_r_ill_zero_denominator_bound() -> None:
+    # S = diag(1, 1 - delta) (k = p = 2): d = ||S||_F^2/4 - s_2^2/2 is computed exactly here, d = delta/2 (to
+    # rounding), and R_ill is undefined when d <= p eps (||S||_F^2/(2k) + s_1 s_2) ~ 2 eps (1/2 + 1) = 3 eps.
+    # delta = 11 * 2^-53 = 5.5 eps: d = 2.75 eps, undefined. delta = 2^-49 = 8 eps: d = 4 eps, defined, R_ill = 2^50
+    # exactly. (Bounds a factor off, e.g. 2 eps (fro2/(3k) + s_1 s_2) ~ 2.67 eps or 2 eps (fro2 + s_1 s_2) ~ 6 eps,
+    # flip one of the two.)
+    with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(S\) is undefined"):
+        kl.r_ill(np.diag([1.0, 1.0 - 11 * 2.0**-53]))
+    assert float(kl.r_ill(np.diag([1.0, 1.0 - 2.0**-49]))) == 2.0**50

@@ -741,6 +741,10 @@ def test_regularizers_out_of_range_warn_and_return_ieee_values() -> None:
     # S = diag(2^-600, 2^-601): R_ill = 1 / (||S||_F^2/4 - s_2^2/2) = (16/3) 2^1200: inf too
     with pytest.warns(FloatRangeWarning, match=r"^R_ill\(S\) has magnitude .* above the normal range"):
         assert float(kl.r_ill(np.diag([2.0**-600, 2.0**-601]))) == np.inf
+    # S = diag(2^-600, 2^-601): R_well = 2^-1200 (1/2 - 5/16) ~ 1e-362, below float64's normal range
+    with pytest.warns(FloatRangeWarning, match=r"^R_well\(S\) has magnitude ~1e-362, below the normal range of "
+                                               r"float64: returned as a subnormal number or 0$"):
+        assert float(kl.r_well(np.diag([2.0**-600, 2.0**-601]))) == 0.0
     # grad R_ill scales as c^-3: S = diag(2^-400, 2^-401) gives entries ~ 2^1200: inf, with the warning naming it
     with pytest.warns(FloatRangeWarning, match=r"^grad R_ill\(S\) has magnitude .* above the normal range"):
         assert np.isinf(kl.grad_r_ill(np.diag([2.0**-400, 2.0**-401]))).any()

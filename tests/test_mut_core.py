@@ -745,6 +745,16 @@ def test_regularizers_out_of_range_warn_and_return_ieee_values() -> None:
     with pytest.warns(FloatRangeWarning, match=r"^R_well\(S\) has magnitude ~1e-362, below the normal range of "
                                                r"float64: returned as a subnormal number or 0$"):
         assert float(kl.r_well(np.diag([2.0**-600, 2.0**-601]))) == 0.0
+    # S = diag(2^-1030, 2^-1031) (subnormal entries): the value warns once, for itself (no gradient is formed);
+    # the gradient, ~ s_1 = 2^-1030, warns under its own name
+    tiny = np.diag([2.0**-1030, 2.0**-1031])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert float(kl.r_well(tiny)) == 0.0
+    assert [str(w.message) for w in caught] == ["R_well(S) has magnitude ~1e-621, below the normal range of float64: "
+                                                "returned as a subnormal number or 0"]
+    with pytest.warns(FloatRangeWarning, match=r"^grad R_well\(S\) has magnitude ~1e-310, below the normal range"):
+        kl.grad_r_well(tiny)
     # grad R_ill scales as c^-3: S = diag(2^-400, 2^-401) gives entries ~ 2^1200: inf, with the warning naming it
     with pytest.warns(FloatRangeWarning, match=r"^grad R_ill\(S\) has magnitude .* above the normal range"):
         assert np.isinf(kl.grad_r_ill(np.diag([2.0**-400, 2.0**-401]))).any()

@@ -116,6 +116,8 @@ def render(report: dict) -> str:
              "  (durations from mutmut's clean run), which changes how soon a mutant is killed, not whether; the",
              "  session fails unless kappalab is imported from mutmut's copy (`mutants/src`).",
              "- Left out: `test_numpy_path_never_imports_torch` (a fresh interpreter, which cannot see the mutants).",
+             "- Tests written to kill survivors live in `tests/test_mut_core.py` (part of the selection: a change of",
+             "  the selection makes mutmut discard every result), each against a closed form or a documented message.",
              "- One child process (`--max-children 1`) under `nice -n 10`, `OMP_NUM_THREADS=1`, on a shared 2-core",
              "  machine; wall times below are for that.",
              "",

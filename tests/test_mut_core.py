@@ -682,6 +682,13 @@ def test_regularizers_known_values_and_arguments(which, psd) -> None:
                 float(f(REG_S).ravel()[0]), rel=1e-14)
     with pytest.raises(ValueError, match=r"^on_degenerate must be 'raise', 'warn' or 'ignore', got 'bogus'"):
         value(REG_S, psd=psd, on_degenerate="bogus")
+    for policy in ("raise", "warn", "ignore"):
+        assert float(value(REG_S, psd=psd, on_degenerate=policy)) == pytest.approx(REG_VALUES[which], rel=1e-14)
+    # check=False: no rank-zero test (a host sync): R_well(0) = 0 comes back
+    if which == "r_well":
+        with pytest.raises(ValueError, match=r"^S has rank zero"):
+            value(np.zeros((2, 2)), psd=psd)
+        assert float(value(np.zeros((2, 2)), psd=psd, check=False)) == 0.0
 
 
 @pytest.mark.parametrize("psd", [False, True], ids=["svd", "psd"])

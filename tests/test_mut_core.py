@@ -934,3 +934,17 @@ def test_r_ill_zero_denominator_bound() -> None:
     with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(S\) is undefined"):
         kl.r_ill(np.diag([1.0, 1.0 - 11 * 2.0**-53]))
     assert float(kl.r_ill(np.diag([1.0, 1.0 - 2.0**-49]))) == 2.0**50
+
+
+def test_torch_hot_loop_uses_S_as_given() -> None:
+    # torch with check=False reads nothing back to the host, so S is not unit-scaled (module docstring, "Scale"): at
+    # S = diag(2^600, 1), s_1^2 = 2^1200 overflows in the computation itself and R_well = inf - inf is NaN; NumPy
+    # (scaled whatever check says) and torch with check=True return the rescaled inf
+    S = np.diag([2.0**600, 1.0])
+    assert torch.isnan(kl.r_well(torch.tensor(S), check=False))
+    assert float(kl.r_well(S, check=False)) == np.inf
+    with pytest.warns(UserWarning, match=r"^R_well\(S\) has magnitude"):
+        assert float(kl.r_well(torch.tensor(S))) == np.inf
+    # check=False leaves the finiteness scan out: NumPy's SVD meets the NaN itself
+    with pytest.raises(np.linalg.LinAlgError):
+        kl.r_well(np.array(NAN_2x2), check=False)

@@ -943,7 +943,9 @@ def test_torch_hot_loop_uses_S_as_given() -> None:
     S = np.diag([2.0**600, 1.0])
     assert torch.isnan(kl.r_well(torch.tensor(S), check=False))
     assert float(kl.r_well(S, check=False)) == np.inf
-    with pytest.warns(UserWarning, match=r"^R_well\(S\) has magnitude"):
+    from kappalab.errors import FloatRangeWarning
+
+    with pytest.warns(FloatRangeWarning, match=r"^R_well\(S\) has magnitude"):
         assert float(kl.r_well(torch.tensor(S))) == np.inf
     # check=False leaves the finiteness scan out: NumPy's SVD meets the NaN itself
     with pytest.raises(np.linalg.LinAlgError):

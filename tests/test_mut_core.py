@@ -439,6 +439,9 @@ def test_feature_extremes_checks_and_names(N, D, what) -> None:
     bad[0, 1] = np.nan
     with pytest.raises(ValueError, match=r"^F contains non-finite entries \(1 NaN, 0 Inf\)"):
         gram.feature_extremes(bad)
+    if (N, D) == (3, 2):  # check=False: no finiteness scan, the NaN reaches H's spectrum (eigh returns NaN here)
+        with np.errstate(invalid="ignore"):
+            assert np.isnan(float(gram.feature_extremes(bad, check=False).s_max))
     with pytest.raises(ValueError, match=r"^Z must be a 2-D matrix"):
         gram.feature_extremes(np.ones(3), name="Z")
 
@@ -632,6 +635,7 @@ def test_regularizers_and_theta_gradients_on_every_route(route, dtype) -> None:
             assert got.dtype == np.dtype(dtype)
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
     assert float(out.r_ill) == pytest.approx(16 / 45, rel=tol)
+    assert float(out.extremes.s_max) == pytest.approx(4.0, rel=tol) and int(out.extremes.rank) == 3
 
 
 @pytest.mark.parametrize("to", backends())

@@ -2,7 +2,8 @@
 # Mutation testing of the core formula modules with mutmut 3 (not part of CI: minutes per module).
 #
 #   scripts/mutation.sh [MODULE...]                e.g. scripts/mutation.sh bounds eq10
-#   scripts/mutation.sh --survivors [MODULE...]    re-check only the survivors of the last run (after adding tests)
+#   scripts/mutation.sh --survivors [MODULE...]    re-check the last run's survivors that are not explained as
+#                                                  equivalent (after adding tests)
 #
 # Default: every core module (regularizers spectral linear gram bounds eq10 rir kappa; a missing one is skipped
 # with a message). Configuration: [tool.mutmut] in pyproject.toml (the oracle is the core test files; mutmut runs
@@ -32,7 +33,10 @@ for m in "${modules[@]}"; do
     fi
     targets=("kappalab.$m.*")
     if [ $survivors_only -eq 1 ]; then
-        mapfile -t targets < <("$MUTMUT" results | sed -n "s/^ *\(kappalab\.$m\.[^:]*\): survived\$/\1/p")
+        # the survivors not explained as equivalent in scripts/mutation_reasons.json
+        mapfile -t targets < <("$MUTMUT" results | sed -n "s/^ *\(kappalab\.$m\.[^:]*\): survived\$/\1/p" |
+            "$PYTHON" -c 'import json, sys; r = json.load(open("scripts/mutation_reasons.json"))
+print("".join(n for n in sys.stdin if not r.get(n.strip(), "").startswith("equivalent")), end="")')
         [ ${#targets[@]} -eq 0 ] && continue
     fi
     start=$(date +%s)

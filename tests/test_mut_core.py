@@ -912,8 +912,8 @@ def test_formulas_from_extremes_check_by_default_and_name_S() -> None:
 
     e = R.extremes(np.eye(2))  # k = 2 equal singular values: R_ill's denominator is 0
     for f in (R.ill_denominator, R.r_ill_from_extremes, lambda e: R.grad_r_ill_from_extremes(e, np.eye(2))):
-        with pytest.raises(UndefinedRegularizerError,
-                           match=r"^R_ill\(S\) is undefined: its denominator \|\|S\|\|_F\^2/\(2k\) - s_min\^2/2 = 0\.0+e"):
+        with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(S\) is undefined: its denominator "
+                                                            r"\|\|S\|\|_F\^2/\(2k\) - s_min\^2/2 = 0\.0+e"):
             f(e)
     assert float(R.ill_denominator(e, check=False)) == 0.0
 

@@ -958,3 +958,34 @@ def test_torch_hot_loop_uses_S_as_given() -> None:
     # check=False leaves the finiteness scan out: NumPy's SVD meets the NaN itself
     with pytest.raises(np.linalg.LinAlgError):
         kl.r_well(np.array(NAN_2x2), check=False)
+
+
+@pytest.mark.parametrize("apply", ["ormqr", "loop"])
+def test_householder_reflectors_of_sytrd_tridiagonalize(apply) -> None:
+    # LAPACK sytrd(lower=1) stores Q = H_0 ... H_{n-2} with A = Q T Q^T, T tridiagonal with diagonal d and
+    # off-diagonal e: applied to I, either implementation must return that Q (orthogonal, Q^T A Q = T)
+    from scipy.linalg import lapack
+
+    from kappalab import spectral
+
+    A, _ = _spectral_case(FULL)
+    sytrd, sytrd_lwork = lapack.get_lapack_funcs(("sytrd", "sytrd_lwork"), (A,))
+    lwork, _ = sytrd_lwork(10, lower=1)
+    c, d, e, tau, info = sytrd(A, lower=1, lwork=int(lwork))
+    assert info == 0
+    f = spectral._apply_householder if apply == "ormqr" else spectral._apply_householder_loop
+    Q = f(c, tau, np.eye(10))
+    T = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(10), atol=1e-14)
+    np.testing.assert_allclose(Q.T @ A @ Q, T, atol=1e-13)
+    assert not np.array_equal(Q, np.eye(10))  # the reflectors did something
+
+
+def test_extreme_solvers_keep_float32() -> None:
+    from kappalab import spectral
+
+    A, _ = _spectral_case(FULL)
+    for solver in ("tridiag", "subset", "eigh"):
+        e = spectral.psd_extremes(A.astype(np.float32), solver=solver)
+        assert e.s_max.dtype == np.float32 and e.v_max.dtype == np.float32, solver
+        assert float(e.s_max) == pytest.approx(10.0, rel=1e-5) and float(e.s_min) == pytest.approx(1.0, rel=1e-4)

@@ -989,3 +989,16 @@ def test_extreme_solvers_keep_float32() -> None:
         e = spectral.psd_extremes(A.astype(np.float32), solver=solver)
         assert e.s_max.dtype == np.float32 and e.v_max.dtype == np.float32, solver
         assert float(e.s_max) == pytest.approx(10.0, rel=1e-5) and float(e.s_min) == pytest.approx(1.0, rel=1e-4)
+
+
+@pytest.mark.parametrize("solver", ["eigh", "tridiag", "subset", "lobpcg", "arpack"])
+def test_psd_extremes_rank_threshold_is_relative_to_s_max(solver) -> None:
+    # rtol = 0.16 on lambda = FULL: threshold 0.16 * 10 = 1.6 (relative to s_1, not s_2 = 7, which would give 1.12
+    # and keep 1.5 and 1.2): 10, 7, 5, 4, 3, 2.5, 2 lie above it, so k = 7 and s_min = 2
+    from kappalab import spectral
+
+    A, Q = _spectral_case(FULL)
+    e = spectral.psd_extremes(A, solver=solver, rtol=0.16)
+    assert int(e.rank) == 7 and float(e.threshold) == pytest.approx(1.6, rel=1e-14)
+    assert float(e.s_min) == pytest.approx(2.0, rel=1e-12) and float(e.s_km1) == pytest.approx(2.5, rel=1e-12)
+    assert abs(float(e.v_min @ Q[:, 6])) == pytest.approx(1.0, abs=1e-12)

@@ -1002,3 +1002,39 @@ def test_psd_extremes_rank_threshold_is_relative_to_s_max(solver) -> None:
     assert int(e.rank) == 7 and float(e.threshold) == pytest.approx(1.6, rel=1e-14)
     assert float(e.s_min) == pytest.approx(2.0, rel=1e-12) and float(e.s_km1) == pytest.approx(2.5, rel=1e-12)
     assert abs(float(e.v_min @ Q[:, 6])) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_householder_reflectors_in_long_double_take_the_loop() -> None:
+    # LAPACK has no ormqr for long double: _apply_householder must fall back to the loop, with the same Q
+    from scipy.linalg import lapack
+
+    from kappalab import spectral
+
+    A, _ = _spectral_case(FULL)
+    sytrd, sytrd_lwork = lapack.get_lapack_funcs(("sytrd", "sytrd_lwork"), (A,))
+    lwork, _ = sytrd_lwork(10, lower=1)
+    c, d, e, tau, _ = sytrd(A, lower=1, lwork=int(lwork))
+    Q = spectral._apply_householder(c.astype(np.longdouble), tau.astype(np.longdouble), np.eye(10, dtype=np.longdouble))
+    assert Q.dtype == np.longdouble
+    T = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
+    np.testing.assert_allclose(np.asarray(Q.T @ A @ Q, dtype=float), T, atol=1e-13)
+
+
+@pytest.mark.parametrize("solver", ["subset", "lobpcg", "arpack"])
+def test_extreme_solvers_see_a_single_zero_eigenvalue(solver) -> None:
+    # lambda = (10, 7, ..., 1.2, 0): the smallest eigenvalue is a zero (rounding-level in float), the second is 1.2;
+    # the ends cannot count the rank, so the solver defers to "eigh": k = 9, s_min = 1.2 (not k = 10, s_min ~ 0)
+    from kappalab import spectral
+
+    A, _ = _spectral_case(FULL[:-1] + [0.0])
+    e = spectral.psd_extremes(A, solver=solver)
+    assert int(e.rank) == 9 and float(e.s_min) == pytest.approx(1.2, rel=1e-12)
+
+
+@pytest.mark.parametrize("solver", ["eigh", "tridiag", "subset", "lobpcg", "arpack"])
+def test_psd_extremes_fro2_of_a_fortran_ordered_matrix(solver) -> None:
+    from kappalab import spectral
+
+    A, _ = _spectral_case(FULL)
+    e = spectral.psd_extremes(np.asfortranarray(A), solver=solver)
+    assert float(e.fro2) == pytest.approx(sum(v * v for v in FULL), rel=1e-14)

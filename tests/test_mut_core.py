@@ -1038,3 +1038,10 @@ def test_psd_extremes_fro2_of_a_fortran_ordered_matrix(solver) -> None:
     A, _ = _spectral_case(FULL)
     e = spectral.psd_extremes(np.asfortranarray(A), solver=solver)
     assert float(e.fro2) == pytest.approx(sum(v * v for v in FULL), rel=1e-14)
+
+
+def test_svd_extremes_names_a_meta_tensor() -> None:
+    from kappalab import spectral
+
+    with pytest.raises(ValueError, match=r"^S is a tensor on the 'meta' device"):
+        spectral.svd_extremes(meta())

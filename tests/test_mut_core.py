@@ -1045,3 +1045,24 @@ def test_svd_extremes_names_a_meta_tensor() -> None:
 
     with pytest.raises(ValueError, match=r"^S is a tensor on the 'meta' device"):
         spectral.svd_extremes(meta())
+
+
+def test_psd_extremes_defaults_and_fallback_count(monkeypatch) -> None:
+    from kappalab import spectral
+
+    with pytest.raises(ValueError, match=r"^A has rank zero"):
+        spectral.psd_extremes(np.zeros((2, 2)))
+    with pytest.raises(ValueError, match=r"^A is a tensor on the 'meta' device"):
+        spectral.psd_extremes(meta())
+    with pytest.raises(ValueError, match=r"^A must be positive semidefinite: its smallest eigenvalue is -1\.0+e\+00"):
+        spectral.psd_extremes(np.diag([2.0, -1.0]))  # scale 0 by default: the matrix's own eigenvalue
+    # the fallback counter starts at zero for a solver and counts each deferral; n = 8 is large enough for the
+    # extreme-only solvers (no deferral)
+    monkeypatch.setattr(spectral, "FALLBACKS", {})
+    spectral.psd_extremes(np.diag([3.0, 2.0, 1.0]), solver="subset")
+    assert spectral.FALLBACKS == {"subset": 1}
+    A8 = _spectral_case(FULL[:8])[0]
+    assert float(spectral.psd_extremes(A8, solver="subset").s_min) == pytest.approx(1.5, rel=1e-12)
+    assert spectral.FALLBACKS == {"subset": 1}
+    # gap_rtol = 0 is allowed (every gap > 0 is unique)
+    spectral.require_unique(spectral.psd_extremes(np.diag([2.0, 1.0])), "max", "raise", 0.0, "H")

@@ -33,8 +33,8 @@ for m in "${modules[@]}"; do
     fi
     targets=("kappalab.$m.*")
     if [ $survivors_only -eq 1 ]; then
-        # the survivors not explained as equivalent in scripts/mutation_reasons.json
-        mapfile -t targets < <("$MUTMUT" results | sed -n "s/^ *\(kappalab\.$m\.[^:]*\): survived\$/\1/p" |
+        # the survivors (and mutants no test reached) not explained as equivalent in scripts/mutation_reasons.json
+        mapfile -t targets < <("$MUTMUT" results | sed -n "s/^ *\(kappalab\.$m\.[^:]*\): \(survived\|no tests\)\$/\1/p" |
             "$PYTHON" -c 'import json, sys; r = json.load(open("scripts/mutation_reasons.json"))
 print("".join(n for n in sys.stdin if not r.get(n.strip(), "").startswith("equivalent")), end="")')
         [ ${#targets[@]} -eq 0 ] && continue

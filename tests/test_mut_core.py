@@ -789,6 +789,59 @@ def test_extremes_route_checks_and_names() -> None:
         extremes(np.array(NAN_2x2), check=False)
 
 
+def test_formulas_from_extremes_check_by_default_and_name_S() -> None:
+    from kappalab import regularizers as R
+
+    e = R.extremes(np.eye(2))  # k = 2 equal singular values: R_ill's denominator is 0
+    for f in (R.ill_denominator, R.r_ill_from_extremes, lambda e: R.grad_r_ill_from_extremes(e, np.eye(2))):
+        with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(S\) is undefined: its denominator "
+                                                            r"\|\|S\|\|_F\^2/\(2k\) - s_min\^2/2 = 0\.0+e"):
+            f(e)
+    assert float(R.ill_denominator(e, check=False)) == 0.0
+
+
+@pytest.mark.parametrize("psd", [False, True], ids=["svd", "psd"])
+def test_r_ill_unchecked_returns_the_pole(psd) -> None:
+    # S = I: all singular values equal, R_ill's denominator is exactly 0. check=False (the hot loop) skips the
+    # test: the value is 1/0 = inf and the gradient's formula divides by 0 (no exception either way)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert float(kl.r_ill(np.eye(2), psd=psd, check=False)) == np.inf
+        assert not np.isfinite(kl.grad_r_ill(np.eye(2), psd=psd, check=False, on_degenerate="ignore")).all()
+    with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(S\) is undefined"):
+        kl.r_ill(np.eye(2), psd=psd)
+
+
+def test_r_ill_zero_denominator_bound() -> None:
+    # S = diag(1, 1 - delta) (k = p = 2): d = ||S||_F^2/4 - s_2^2/2 is computed exactly here, d = delta/2 (to
+    # rounding), and R_ill is undefined when d <= p eps (||S||_F^2/(2k) + s_1 s_2) ~ 2 eps (1/2 + 1) = 3 eps.
+    # delta = 11 * 2^-53 = 5.5 eps: d = 2.75 eps, undefined. delta = 2^-49 = 8 eps: d = 4 eps, defined, R_ill = 2^50
+    # exactly. (Bounds a factor off, e.g. 2 eps (fro2/(3k) + s_1 s_2) ~ 2.67 eps or 2 eps (fro2 + s_1 s_2) ~ 6 eps,
+    # flip one of the two.)
+    # the message is scale-free (relative to s_max^2): d = 2.75 eps = 6.106e-16, bound 3 eps (to rounding) = 6.661e-16
+    message = (r"^R_ill\(S\) is undefined: its denominator \|\|S\|\|_F\^2/\(2k\) - s_min\^2/2 = 6\.106e-16 s_max\^2 "
+               r"is zero within rounding \(bound 6\.661e-16 s_max\^2\): all k = 2 nonzero singular values are equal "
+               r"\(s_min / s_max = 0\.99999999999999878\)$")
+    with pytest.raises(UndefinedRegularizerError, match=message):
+        kl.r_ill(np.diag([1.0, 1.0 - 11 * 2.0**-53]))
+    assert float(kl.r_ill(np.diag([1.0, 1.0 - 2.0**-49]))) == 2.0**50
+
+
+def test_torch_hot_loop_uses_S_as_given() -> None:
+    # torch with check=False reads nothing back to the host, so S is not unit-scaled (module docstring, "Scale"): at
+    # S = diag(2^600, 1), s_1^2 = 2^1200 overflows in the computation itself and R_well = inf - inf is NaN; NumPy
+    # (scaled whatever check says) and torch with check=True return the rescaled inf
+    S = np.diag([2.0**600, 1.0])
+    assert torch.isnan(kl.r_well(torch.tensor(S), check=False))
+    assert float(kl.r_well(S, check=False)) == np.inf
+    from kappalab.errors import FloatRangeWarning
+
+    with pytest.warns(FloatRangeWarning, match=r"^R_well\(S\) has magnitude"):
+        assert float(kl.r_well(torch.tensor(S))) == np.inf
+    # check=False leaves the finiteness scan out: NumPy's SVD meets the NaN itself
+    with pytest.raises(np.linalg.LinAlgError):
+        kl.r_well(np.array(NAN_2x2), check=False)
+
+
 # ---- kappalab.spectral --------------------------------------------------------------------------------------------
 # A = Q diag(lambda) Q^T with Q an exactly orthogonal rational matrix (test_kappa's construction): the eigenpairs
 # are known; n = 10 >= 8, so the extreme-only solvers run (below 8 they defer to "eigh").
@@ -905,59 +958,6 @@ def test_svd_extremes_of_a_rectangular_matrix() -> None:
         spectral.svd_extremes(np.zeros((2, 3)))
     assert int(spectral.svd_extremes(np.zeros((2, 3)), check=False).rank) == 0
     assert int(spectral.svd_extremes(S, rtol=0.5).rank) == 1  # 1 <= 0.5 * 3
-
-
-def test_formulas_from_extremes_check_by_default_and_name_S() -> None:
-    from kappalab import regularizers as R
-
-    e = R.extremes(np.eye(2))  # k = 2 equal singular values: R_ill's denominator is 0
-    for f in (R.ill_denominator, R.r_ill_from_extremes, lambda e: R.grad_r_ill_from_extremes(e, np.eye(2))):
-        with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(S\) is undefined: its denominator "
-                                                            r"\|\|S\|\|_F\^2/\(2k\) - s_min\^2/2 = 0\.0+e"):
-            f(e)
-    assert float(R.ill_denominator(e, check=False)) == 0.0
-
-
-@pytest.mark.parametrize("psd", [False, True], ids=["svd", "psd"])
-def test_r_ill_unchecked_returns_the_pole(psd) -> None:
-    # S = I: all singular values equal, R_ill's denominator is exactly 0. check=False (the hot loop) skips the
-    # test: the value is 1/0 = inf and the gradient's formula divides by 0 (no exception either way)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        assert float(kl.r_ill(np.eye(2), psd=psd, check=False)) == np.inf
-        assert not np.isfinite(kl.grad_r_ill(np.eye(2), psd=psd, check=False, on_degenerate="ignore")).all()
-    with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(S\) is undefined"):
-        kl.r_ill(np.eye(2), psd=psd)
-
-
-def test_r_ill_zero_denominator_bound() -> None:
-    # S = diag(1, 1 - delta) (k = p = 2): d = ||S||_F^2/4 - s_2^2/2 is computed exactly here, d = delta/2 (to
-    # rounding), and R_ill is undefined when d <= p eps (||S||_F^2/(2k) + s_1 s_2) ~ 2 eps (1/2 + 1) = 3 eps.
-    # delta = 11 * 2^-53 = 5.5 eps: d = 2.75 eps, undefined. delta = 2^-49 = 8 eps: d = 4 eps, defined, R_ill = 2^50
-    # exactly. (Bounds a factor off, e.g. 2 eps (fro2/(3k) + s_1 s_2) ~ 2.67 eps or 2 eps (fro2 + s_1 s_2) ~ 6 eps,
-    # flip one of the two.)
-    # the message is scale-free (relative to s_max^2): d = 2.75 eps = 6.106e-16, bound 3 eps (to rounding) = 6.661e-16
-    message = (r"^R_ill\(S\) is undefined: its denominator \|\|S\|\|_F\^2/\(2k\) - s_min\^2/2 = 6\.106e-16 s_max\^2 "
-               r"is zero within rounding \(bound 6\.661e-16 s_max\^2\): all k = 2 nonzero singular values are equal "
-               r"\(s_min / s_max = 0\.99999999999999878\)$")
-    with pytest.raises(UndefinedRegularizerError, match=message):
-        kl.r_ill(np.diag([1.0, 1.0 - 11 * 2.0**-53]))
-    assert float(kl.r_ill(np.diag([1.0, 1.0 - 2.0**-49]))) == 2.0**50
-
-
-def test_torch_hot_loop_uses_S_as_given() -> None:
-    # torch with check=False reads nothing back to the host, so S is not unit-scaled (module docstring, "Scale"): at
-    # S = diag(2^600, 1), s_1^2 = 2^1200 overflows in the computation itself and R_well = inf - inf is NaN; NumPy
-    # (scaled whatever check says) and torch with check=True return the rescaled inf
-    S = np.diag([2.0**600, 1.0])
-    assert torch.isnan(kl.r_well(torch.tensor(S), check=False))
-    assert float(kl.r_well(S, check=False)) == np.inf
-    from kappalab.errors import FloatRangeWarning
-
-    with pytest.warns(FloatRangeWarning, match=r"^R_well\(S\) has magnitude"):
-        assert float(kl.r_well(torch.tensor(S))) == np.inf
-    # check=False leaves the finiteness scan out: NumPy's SVD meets the NaN itself
-    with pytest.raises(np.linalg.LinAlgError):
-        kl.r_well(np.array(NAN_2x2), check=False)
 
 
 @pytest.mark.parametrize("apply", ["ormqr", "loop"])

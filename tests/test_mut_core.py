@@ -1066,3 +1066,21 @@ def test_psd_extremes_defaults_and_fallback_count(monkeypatch) -> None:
     assert spectral.FALLBACKS == {"subset": 1}
     # gap_rtol = 0 is allowed (every gap > 0 is unique)
     spectral.require_unique(spectral.psd_extremes(np.diag([2.0, 1.0])), "max", "raise", 0.0, "H")
+
+
+@pytest.mark.parametrize("apply", ["ormqr", "loop"])
+def test_householder_reflector_with_tau_one(apply) -> None:
+    # A[1, 0] = 0: the first reflector's alpha is 0, so LAPACK's dlarfg sets tau_0 = 1 exactly (and, as for every
+    # real sytrd, the last reflector acts on one entry: tau = 0). Each reflector with tau != 0 must be applied.
+    from scipy.linalg import lapack
+
+    from kappalab import spectral
+
+    A = np.array([[4.0, 0.0, 1.0, 2.0], [0.0, 3.0, 1.0, 0.0], [1.0, 1.0, 2.0, 1.0], [2.0, 0.0, 1.0, 5.0]])
+    sytrd, sytrd_lwork = lapack.get_lapack_funcs(("sytrd", "sytrd_lwork"), (A,))
+    lwork, _ = sytrd_lwork(4, lower=1)
+    c, d, e, tau, _ = sytrd(A, lower=1, lwork=int(lwork))
+    assert tau[0] == 1.0 and tau[-1] == 0.0
+    f = spectral._apply_householder if apply == "ormqr" else spectral._apply_householder_loop
+    Q = f(c, tau, np.eye(4))
+    np.testing.assert_allclose(Q.T @ A @ Q, np.diag(d) + np.diag(e, 1) + np.diag(e, -1), atol=1e-14)

@@ -394,6 +394,51 @@ def test_preconditioned_step_names_grad(to) -> None:
         kl.preconditioned_step(to(np.eye(2)), to(np.eye(2)), to(NAN_2x2), 0.5)
 
 
+@pytest.mark.parametrize("which", ["well", "ill"])
+def test_linear_theta_gradients_pass_their_arguments(which) -> None:
+    f = kl.grad_theta_r_well if which == "well" else kl.grad_theta_r_ill
+    K = np.diag([4.0, 2.0, 1.0])
+    with pytest.raises(ValueError, match=r"^rtol must be None or a relative tolerance in \[0, 1\)"):
+        f(np.eye(3), K, rtol=1.5)
+    with pytest.raises(ValueError, match=r"^solver must be 'auto' or one of"):
+        f(np.eye(3), K, solver="nope")
+    # check=False skips K's symmetry test (H is symmetrized anyway)
+    assert np.isfinite(f(np.eye(2), np.array([[2.0, 1e-3], [0.0, 1.0]]), check=False)).all()
+    # a relative gap of 1e-6 at the needed end is degenerate for gap_rtol = 1e-3 only
+    near = np.diag([1 + 1e-6, 1.0, 0.5]) if which == "well" else np.diag([2.0, 1 + 1e-6, 1.0])
+    assert np.isfinite(f(np.eye(3), near)).all()
+    with pytest.raises(DegenerateSpectrumError, match=r"of H\(theta\) is not unique.*\(gap_rtol = 1\.0e-03\)"):
+        f(np.eye(3), near, gap_rtol=1e-3)
+    # H = 0: the rank-zero test names H(theta); check=False skips it (then R_well's policy refuses the repeated
+    # s_1 = s_2 = 0, and R_ill's formula divides 0/0: not finite, no exception)
+    with pytest.raises(ValueError, match=r"^H\(theta\) has rank zero"):
+        f(np.eye(2), np.zeros((2, 2)))
+    if which == "well":
+        with pytest.raises(DegenerateSpectrumError):
+            f(np.eye(2), np.zeros((2, 2)), check=False)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            assert not np.isfinite(f(np.eye(2), np.zeros((2, 2)), check=False)).all()
+
+
+def test_linear_r_ill_gradient_unchecked_at_rank_one() -> None:
+    # H = diag(1, 0): k = 1, R_ill undefined; s_k = s_1 is unique (no s_{k-1}), so with check=False the formula
+    # divides by d = 0 (no exception); with check the error names H(theta)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert not np.isfinite(kl.grad_theta_r_ill(np.eye(2), np.diag([1.0, 0.0]), check=False)).all()
+    with pytest.raises(UndefinedRegularizerError, match=r"^R_ill\(H\(theta\)\) is undefined"):
+        kl.grad_theta_r_ill(np.eye(2), np.diag([1.0, 0.0]))
+
+
+def test_hessian_shapes_and_unchecked_finiteness() -> None:
+    with pytest.raises(ValueError, match=r"^K must be D_in x D_in with D_in = theta.shape\[0\] = 3, got K of shape "
+                                         r"\(2, 2\)$"):
+        kl.hessian(np.ones((3, 2)), np.eye(2))
+    with pytest.raises(ValueError, match=r"^K contains non-finite entries"):
+        kl.hessian(np.eye(2), np.array(NAN_2x2))
+    assert np.isnan(kl.hessian(np.eye(2), np.array(NAN_2x2), check=False)).any()  # check=False: no scan
+
+
 # ---- kappalab.gram ------------------------------------------------------------------------------------------------
 # Both routes: N >= D forms H = F^T F (D x D); N < D works on the Gram matrix F F^T (N x N). The rank rule is the
 # one of the D x D matrix H: rtol relative to s_max, default D * eps (not N * eps, not max(N, D) * eps).

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("mlxtend")
 
 from kappalab.deep import METHODS  # noqa: E402
-from kappalab.reproduce import table3  # noqa: E402
+from kappalab.reproduce import table3, table3_cli  # noqa: E402
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("timm") is None,
                                 reason="timm is not installed (the deep environment: scripts/setup_deep.sh)")
@@ -30,7 +30,7 @@ def test_smoke_configuration_end_to_end(arch: str, tmp_path, monkeypatch) -> Non
     torch.set_num_threads(1)
     out, work = tmp_path / "out", tmp_path / "work"
     cfg = table3.load_config(f"{arch}_smoke")
-    assert table3.main(["--arch", arch, "--smoke", "--out", str(out), "--work", str(work)]) == 0
+    assert table3_cli.main(["--arch", arch, "--smoke", "--out", str(out), "--work", str(work)]) == 0
     records = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
     assert [r["method"] for r in records] == ["init", *METHODS]
     init, *methods = records
@@ -51,7 +51,7 @@ def test_smoke_configuration_end_to_end(arch: str, tmp_path, monkeypatch) -> Non
         assert (out / name).stat().st_size > 0
     # resume: a fresh store over the same work folder finds the finished checkpoint and trains nothing; the model
     # it evaluates is the one the first run trained, so its numbers are the first run's
-    assert table3.main(["--arch", arch, "--smoke", "--out", str(tmp_path / "again"), "--work", str(work),
+    assert table3_cli.main(["--arch", arch, "--smoke", "--out", str(tmp_path / "again"), "--work", str(work),
                         "--methods", "ours"]) == 0
     again = [json.loads(line) for line in (tmp_path / "again" / "runs.jsonl").read_text().splitlines()]
     ours = next(r for r in methods if r["method"] == "ours")

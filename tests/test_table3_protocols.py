@@ -9,6 +9,7 @@ as they were before the protocols; and the command line's bad combinations (each
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ pytest.importorskip("mlxtend")
 
 from kappalab.deep import METHODS, ObjectiveConfig, SmallCNN, immunize, objective_terms  # noqa: E402
 from kappalab.deep.official import kappa_log_loss, r_ill_official, r_well_official  # noqa: E402
-from kappalab.reproduce import table3  # noqa: E402
+from kappalab.reproduce import table3_cli  # noqa: E402
 from kappalab.reproduce.table3_config import PROTOCOLS, load_table3_config, resolved  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,7 +167,7 @@ def test_proxy_quick_both_protocols_share_one_store(tmp_path, monkeypatch) -> No
     for protocol in PROTOCOLS:
         argv = ["--proxy", "--quick", "--out", str(out), "--work", str(work), "--methods", "ours", "--protocol",
                 protocol]
-        assert table3.main(argv) == 0
+        assert table3_cli.main(argv) == 0
     for protocol, name in zip(PROTOCOLS, ("table.md", "table_official.md")):  # both tables kept
         assert f"protocol: {protocol}" in (out / name).read_text()
         assert "authors' RIR_θ0 est." in (out / name).read_text()
@@ -204,3 +205,32 @@ def test_every_method_has_an_official_objective() -> None:
     keys = {m: set(_step_terms(m, "official")[3]) for m in METHODS}
     assert keys == {"ours": {"task", "r_well", "r_ill"}, "rill_only": {"task", "r_ill"},
                     "opt_kappa": {"task", "kappa_log"}, "imma": {"task", "harmful"}}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("timm") is None,
+                    reason="timm is not installed (the deep environment: scripts/setup_deep.sh)")
+def test_official_vit_trains_every_layernorm_the_last_block_and_the_head() -> None:
+    """Their models/vit.py trains a parameter when its name contains 'blocks.11', 'norm' or 'head'. On a 12-block
+    ViT-Tiny that is 60 tensors: norm1/norm2 of 12 blocks (48), the last block's attention and MLP (8), the final
+    norm (2) and the head (2). One official Ours step moves exactly those (gradients flow through the rest)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from kappalab.deep import CombinedLoader, TrainConfig
+    from kappalab.deep.timm_models import AUTHORS_VIT_TRAINABLE, build_timm_model
+
+    torch.manual_seed(0)
+    model, net = build_timm_model("vit", None, trainable=AUTHORS_VIT_TRAINABLE, load=False, dummy=False,
+                                  timm_name="vit_tiny_patch16_224", img_size=32)
+    named = dict(net.named_parameters())
+    rule = {n for n in named if "blocks.11" in n or "norm" in n or "head" in n}
+    trained = {id(p) for p in [*model.extractor_parameters(), *model.classifier_parameters()]}
+    assert len(rule) == 60 and trained == {id(named[n]) for n in rule}
+    before = {n: p.detach().clone() for n, p in named.items()}
+    g = torch.Generator().manual_seed(0)
+    batch = lambda: TensorDataset(torch.randn(4, 3, 32, 32, generator=g, dtype=torch.float64),  # noqa: E731
+                                  torch.randint(0, 5, (4,), generator=g))
+    immunize(model, "ours", CombinedLoader(DataLoader(batch(), batch_size=4), DataLoader(batch(), batch_size=4)),
+             ObjectiveConfig(lambda_P=1e-6, lambda_H=1.0, harmful_classes=5, protocol="official"),
+             TrainConfig(lr=1e-2, epochs=1), progress=False)
+    moved = {n for n, p in named.items() if not torch.equal(before[n], p.detach())}
+    assert moved == rule

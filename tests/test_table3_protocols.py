@@ -86,9 +86,10 @@ def test_official_step_uses_the_input_width_on_its_own_features() -> None:
 
     (smax, _, froP), (_, smin, froH) = parts(FP), parts(FH)
     assert FP.shape[1] == 8 and np.linalg.matrix_rank(FH) == 8
-    assert float(terms["r_well"].detach()) == pytest.approx(smax ** 2 / 2 - froP / (2 * 28), rel=1e-9)
-    assert float(terms["r_ill"].detach()) == pytest.approx(1 / (froH / (2 * 28) - smin ** 2 / 2), rel=1e-9)
-    assert abs(float(terms["r_ill"].detach()) - 1 / (froH / (2 * 8) - smin ** 2 / 2)) > 1e-3 * float(terms["r_ill"].detach())
+    r_well, r_ill = (float(terms[k].detach()) for k in ("r_well", "r_ill"))
+    assert r_well == pytest.approx(smax ** 2 / 2 - froP / (2 * 28), rel=1e-9)
+    assert r_ill == pytest.approx(1 / (froH / (2 * 28) - smin ** 2 / 2), rel=1e-9)
+    assert abs(r_ill - 1 / (froH / (2 * 8) - smin ** 2 / 2)) > 1e-3 * r_ill  # k = D_hid = rank = 8 would differ
     _, _, _, kterms = _step_terms("opt_kappa", "official")
     assert set(kterms) == {"task", "kappa_log"}
 

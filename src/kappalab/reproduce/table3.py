@@ -413,7 +413,8 @@ def aggregate(records: list[dict[str, Any]], out: Path, title: str, suffix: str 
                    if both else "")
         lines.append(f"| {METHOD_LABELS[m]} | {g('est_i')} | {g('est_ii')} | {g('est_rir')} | "
                      f"{g('exact_i')} | {g('exact_ii')} | {g('exact_rir')} | {authors}"
-                     f"{_ms([100 * r['dp_test_acc'] for r in rs], '{:.2f}')} | {_ms([r['wall_s'] for r in rs], '{:.0f}')} |")
+                     f"{_ms([100 * r['dp_test_acc'] for r in rs], '{:.2f}')} | "
+                     f"{_ms([r['wall_s'] for r in rs], '{:.0f}')} |")
     conf = next((r["provenance"]["config"] for r in records if r["method"] != "init"), None)
     if conf is not None:
         weights = {"ours": ("lambda_H", "lambda_P"), "rill_only": ("lambda_H",), "opt_kappa": ("lambda_kappa",),

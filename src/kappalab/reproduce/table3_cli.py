@@ -112,8 +112,8 @@ def prepare(argv: list[str]) -> Call:
     if args.search and not args.proxy:
         raise UsageError("--search: needs --proxy")
     if args.search and args.protocol != "paper":
-        raise UsageError("--search: Appendix C.2's search is the paper protocol's (the authors' lambdas are Table 4's); "
-                         "use --protocol paper")
+        raise UsageError("--search: Appendix C.2's search is the paper protocol's (the authors' lambdas are "
+                         "Table 4's); use --protocol paper")
     check_device(args.device)
     overrides = parse_set(args.overrides)
     if "protocol" in overrides:

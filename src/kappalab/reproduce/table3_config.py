@@ -8,8 +8,8 @@ reason, in the same ``choices`` / ``reasons`` form) and an optional ``"quick"`` 
 Any other key is a :class:`~kappalab.configs.ConfigError` naming the key and the file. The layers apply in that
 order: top level, ``official`` (``--protocol official`` only), ``quick`` (``--quick`` only), then ``--set
 KEY=VALUE`` (dotted keys: ``lambda_H=5e3``, ``search.max_epochs=2``). The protocol itself is not a file or
-``--set`` value: the loader records the one it applied in the field ``protocol``. The loaded config is a flat dict (what :mod:`kappalab.deep` reads) built from the dataclass, so every key
-is present with its declared default.
+``--set`` value: the loader records the one it applied in the field ``protocol``. The loaded config is a flat dict
+(what :mod:`kappalab.deep` reads) built from the dataclass, so every key is present with its declared default.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Table3Config:
     # the smoke configuration of the deep-net path (``--smoke``)
     random_weights: bool = False  #: timm's random init (pretrained=False, no hub) instead of ``--weights``
     smoke_per_class: dict[str, int] | None = None  #: images per digit class in the made train/ and test/ folders
-    # the protocol (kappalab.deep.protocols): "paper" (the paper's text) or "official" (the authors' code)
+    # the protocol (kappalab.deep.official): "paper" (the paper's text) or "official" (the authors' code)
     protocol: str = "paper"
     transforms: str = "timm_eval"  #: image folders: "timm_eval" (every split) or "authors" (see imagefolder)
     #: official protocol: what of the authors' code this config does not follow, each with its reason

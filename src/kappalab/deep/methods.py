@@ -15,6 +15,10 @@ All four share the task loss ``L(D_P)`` (label-smoothing cross-entropy of the D_
   features (lr ``inner_lr``, differentiable, ``create_graph=True``). Outer: ``L - lambda_imma L_H(w*)``, i.e.
   maximise the harmful loss after the adversary's adaptation while keeping D_P.
 
+Under ``protocol="official"`` (:mod:`kappalab.deep.official`: the authors' code) Ours and R_ill Only use their
+r1 / r2 (shifted extremes, ``k = p`` = the input width) on an extractor without dummy layer, and Opt kappa their
+``1 / log kappa_H + log kappa_P`` (term ``kappa_log``); IMMA and the task loss are the same under both.
+
 ``lambda_P``, ``lambda_H``, ``lambda_kappa`` and ``lambda_imma`` are chosen by the paper's rule (Appendix C.2:
 balance gradient norms) with :func:`gradient_norms` and :func:`balanced_scale`.
 """
@@ -28,9 +32,12 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as nnf
 
+from ..immunization.config import PROTOCOLS
 from ..immunization.spectra import torch_extremes
+from ..kappa import DEFAULT_SHIFT
 from ..regularizers import r_ill, r_well
 from .model import ImmunizableModel, hessian_tilde
+from .official import kappa_log_loss, r_ill_official, r_well_official
 
 Method = Literal["ours", "rill_only", "imma", "opt_kappa"]
 METHODS: tuple[str, ...] = ("ours", "rill_only", "imma", "opt_kappa")
@@ -50,6 +57,8 @@ class ObjectiveConfig:
         label_smoothing: of the task loss.
         reg_rtol: relative rank tolerance for R_well/R_ill/kappa on ``H~`` (None: the core's default).
         on_degenerate: the core's policy at a tie of an extreme eigenvalue.
+        protocol: "paper" (the paper's objectives) or "official" (the authors' code, see the module docstring).
+        shift: the shifted kappa's shift (official protocol).
         host_checks: the spectral core validates ``H~`` and checks that R_ill is defined (host reads every
             step). ``False`` (with ``on_degenerate="ignore"``, since a tie check is a host read, and a model built
             with ``check=False`` for the dummy layer's Cholesky check) makes a step read nothing back: for a CUDA
@@ -67,7 +76,13 @@ class ObjectiveConfig:
     reg_rtol: float | None = None
     on_degenerate: str = "warn"
     host_checks: bool = True
+    protocol: str = "paper"
+    shift: float = DEFAULT_SHIFT
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
 
 
 def kappa_autograd(H: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
@@ -88,18 +103,31 @@ def objective_terms(model: ImmunizableModel, method: str, batch_P: Any, batch_H:
                     device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """The unweighted terms of ``method``'s objective on one (D_P, D_H) batch pair, each differentiable.
 
-    Keys: ``task`` always; ``r_well``/``r_ill`` (ours), ``r_ill`` (rill_only), ``kappa_gap`` (opt_kappa),
-    ``harmful`` (imma; the loss to be *maximised*). :func:`weighted_loss` combines them.
+    Keys: ``task`` always; ``r_well``/``r_ill`` (ours), ``r_ill`` (rill_only), ``kappa_gap`` (opt_kappa; official
+    protocol: ``kappa_log``), ``harmful`` (imma; the loss to be *maximised*). :func:`weighted_loss` combines them.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    official = cfg.protocol == "official"
+    if official and model.dummy is not None:
+        raise ValueError("protocol 'official': the authors' code has no dummy layer; build the model with "
+                         "dummy=False")
     x_P, y_P = _xy(batch_P, device)
     x_H, y_H = _xy(batch_H, device)
     z_P = model.pre_features(x_P)
     terms = {"task": nnf.cross_entropy(model.classifier(model.head_features(z_P)), y_P,
                                        label_smoothing=cfg.label_smoothing)}
     reg = dict(psd=True, rtol=cfg.reg_rtol, on_degenerate=cfg.on_degenerate, check=cfg.host_checks)
-    if method in ("ours", "rill_only"):
+    if official and method in ("ours", "rill_only", "opt_kappa"):
+        k = int(x_P.shape[-1])  # their K = X1.size(-1): the D_P input batch's last dimension
+        S_H, S_P = hessian_tilde(model.features(x_H)), hessian_tilde(model.head_features(z_P))
+        if method == "opt_kappa":
+            terms["kappa_log"] = kappa_log_loss(S_P, S_H, cfg.shift)
+        else:
+            terms["r_ill"] = r_ill_official(S_H, k, cfg.shift)
+            if method == "ours":
+                terms["r_well"] = r_well_official(S_P, k, cfg.shift)
+    elif method in ("ours", "rill_only"):
         F_H = model.head_features(model.pre_features(x_H), precondition=True)
         terms["r_ill"] = r_ill(hessian_tilde(F_H), **reg)
         if method == "ours":
@@ -119,7 +147,7 @@ def objective_terms(model: ImmunizableModel, method: str, batch_P: Any, batch_H:
 
 
 WEIGHTS = {"r_well": ("lambda_P", 1.0), "r_ill": ("lambda_H", 1.0), "kappa_gap": ("lambda_kappa", 1.0),
-           "harmful": ("lambda_imma", -1.0)}
+           "kappa_log": ("lambda_kappa", 1.0), "harmful": ("lambda_imma", -1.0)}
 """term -> (config weight, sign) in the minimised loss; ``task`` has weight 1."""
 
 

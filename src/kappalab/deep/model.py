@@ -18,7 +18,7 @@ The features of Eq. 18 are the dummy layer's outputs ``F``; ``H~ = F^T F``.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -40,13 +40,16 @@ class ImmunizableModel(nn.Module):
         side: "input" (Alg. 1) or "output" (the authors' public code); see :mod:`kappalab.dummy_layer`.
         check: the dummy layer checks that ``K + ridge I`` is positive definite (one host read per
             preconditioned backward); ``False`` for a hot loop that must not read back.
+        trains: which parameters of ``trainable`` are trained, by name (``trainable.named_parameters()``); None:
+            all. The others stay at theta_0 but gradients flow through them (e.g. the authors' ViT: every LayerNorm
+            of every block and the last block, with ``trainable`` the whole trunk).
 
     A new model is in training mode with ``frozen`` and ``neck`` in eval mode (see :meth:`train`).
     """
 
     def __init__(self, frozen: nn.Module, trainable: nn.Module, neck: nn.Module, classifier: nn.Module,
                  feature_dim: int, *, dummy: bool = True, ridge: float = 1e-6, side: Side = "input",
-                 check: bool = True) -> None:
+                 check: bool = True, trains: Callable[[str], bool] | None = None) -> None:
         super().__init__()
         if not (isinstance(feature_dim, int) and feature_dim >= 1):
             raise ValueError(f"feature_dim must be a positive int, got {feature_dim!r}")
@@ -64,6 +67,9 @@ class ImmunizableModel(nn.Module):
         self.frozen.requires_grad_(False)
         self.neck.requires_grad_(False)
         self.trainable.requires_grad_(True)
+        if trains is not None:
+            for name, p in self.trainable.named_parameters():
+                p.requires_grad_(trains(name))
         self.classifier.requires_grad_(True)
         self.train()  # frozen layers (e.g. BatchNorm statistics of theta_0) never run in training mode
 
@@ -77,8 +83,10 @@ class ImmunizableModel(nn.Module):
         return self
 
     def extractor_parameters(self) -> Iterator[nn.Parameter]:
-        """The immunized parameters theta: ``trainable`` and the dummy layer (weight decay 0 in Appendix C.2)."""
-        yield from self.trainable.parameters()
+        """The immunized parameters theta: the trained ones of ``trainable`` (the classifier's excluded, should
+        ``trainable`` reach it) and the dummy layer (weight decay 0 in Appendix C.2)."""
+        head = {id(p) for p in self.classifier.parameters()}
+        yield from (p for p in self.trainable.parameters() if p.requires_grad and id(p) not in head)
         if self.dummy is not None:
             yield from self.dummy.parameters()
 

@@ -65,21 +65,25 @@ def paper_task(cfg: dict[str, Any], args: argparse.Namespace, work: Path) -> Tas
         torch.manual_seed(seed)
         model, _ = build_timm_model(cfg["arch"], weights, trainable=cfg["trainable_modules"],
                                     ridge=cfg["dummy_ridge"], side=cfg["dummy_side"], load=not random_init,
-                                    timm_name=cfg["timm_name"])
+                                    timm_name=cfg["timm_name"], dummy=cfg["protocol"] == "paper")
         return model.to(device)
 
     _, net = build_timm_model(cfg["arch"], None, trainable=cfg["trainable_modules"], load=False,
                               timm_name=cfg["timm_name"])
-    ds = {(name, split): image_folder(root, name, split, net)
-          for name, root in (("imagenet", imagenet), (cfg["harmful"], harmful))
+    roots = {"imagenet": imagenet, cfg["harmful"]: harmful}
+    ds = {(name, split): image_folder(root, name, split, net, cfg["transforms"])
+          for name, root in roots.items()
           for split in (("train", "val") if name == "imagenet" else ("train", "test"))}
+    training = {name: ds[name, "train"] if cfg["transforms"] == "timm_eval"
+                else image_folder(root, name, "train", net, cfg["transforms"], training=True)
+                for name, root in roots.items()}
     workers = cfg["num_workers"]
 
     def loaders(seed: int) -> tuple[DataLoader, DataLoader]:
         rank, size = world()
         out = []
         for name in ("imagenet", cfg["harmful"]):
-            data = ds[name, "train"]
+            data = training[name]
             g = torch.Generator().manual_seed(seed * 7919 + len(out))
             sampler = (torch.utils.data.DistributedSampler(data, num_replicas=size, rank=rank, seed=seed)
                        if size > 1 else None)

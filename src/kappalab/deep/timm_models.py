@@ -11,11 +11,17 @@ Splits (Sec. 5.2, rebuttal Q2), with ``trainable`` names from the config (``choi
   neck = ``forward_head(pre_logits=True)`` (global pool + flatten, 512 features); classifier = ``fc``.
 * ViT: frozen = patch embedding, position embedding, ``blocks[:-1]``; trainable = ``blocks[-1]``; neck = final
   ``norm`` + ``forward_head(pre_logits=True)`` (token pooling, ``fc_norm``; 768 features); classifier = ``head``.
+* ViT, the authors' trainable set (``trainable_modules = ["blocks.-1", "norm", "head"]``, ``--protocol official``;
+  their ``models/vit.py`` trains a parameter whose name contains ``blocks.11``, ``norm`` or ``head``): nothing
+  frozen outright; trainable = the whole trunk (patch embedding to the final ``norm``) of which only the last
+  block, every LayerNorm (``norm1``/``norm2`` of every block, the final ``norm``) and the head are trained, the rest
+  kept at theta_0 with gradients flowing through it; neck = ``forward_head(pre_logits=True)``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -23,6 +29,8 @@ from torch import nn
 from .model import ImmunizableModel
 
 TIMM_NAMES = {"resnet18": "resnet18", "vit": "vit_base_patch16_clip_224"}
+#: the authors' ViT trainable set (see the module docstring)
+AUTHORS_VIT_TRAINABLE = ["blocks.-1", "norm", "head"]
 INSTALL_HINT = ("the paper's deep-net experiments need timm and torchvision: pip install 'kappalab[deep]' "
                 "(a torchvision build matching your torch)")
 
@@ -70,7 +78,10 @@ class _Sequence(nn.Module):
         return x
 
 
-def _resnet_split(net: nn.Module, trainable: list[str]) -> tuple[nn.Module, nn.Module, nn.Module]:
+Split = tuple[nn.Module, nn.Module, nn.Module, Callable[[str], bool] | None]
+
+
+def _resnet_split(net: nn.Module, trainable: list[str]) -> Split:
     names = ["conv1", "bn1", "act1", "maxpool", "layer1", "layer2", "layer3", "layer4"]
     blocks: list[tuple[str, nn.Module]] = []
     for name in names:
@@ -86,17 +97,22 @@ def _resnet_split(net: nn.Module, trainable: list[str]) -> tuple[nn.Module, nn.M
     frozen = _Sequence(net, [m for _, m in blocks[:first]])
     train = nn.Sequential(*[m for _, m in blocks[first:]])
     neck = _Sequence(net, [lambda x: net.forward_head(x, pre_logits=True)])
-    return frozen, train, neck
+    return frozen, train, neck, None
 
 
-def _vit_split(net: nn.Module, trainable: list[str]) -> tuple[nn.Module, nn.Module, nn.Module]:
-    if trainable != ["blocks.-1"]:
-        raise ValueError(f"trainable_modules: only ['blocks.-1'] is supported for ViT, got {trainable}")
-    steps = [net.patch_embed, net._pos_embed, getattr(net, "patch_drop", nn.Identity()), net.norm_pre,
-             *list(net.blocks)[:-1]]
-    frozen = _Sequence(net, steps)
-    neck = _Sequence(net, [net.norm, lambda x: net.forward_head(x, pre_logits=True)])
-    return frozen, net.blocks[-1], neck
+def _vit_split(net: nn.Module, trainable: list[str]) -> Split:
+    embed = [net.patch_embed, net._pos_embed, getattr(net, "patch_drop", nn.Identity()), net.norm_pre]
+    pooled = lambda x: net.forward_head(x, pre_logits=True)  # noqa: E731
+    if trainable == ["blocks.-1"]:
+        frozen = _Sequence(net, [*embed, *list(net.blocks)[:-1]])
+        return frozen, net.blocks[-1], _Sequence(net, [net.norm, pooled]), None
+    if trainable == AUTHORS_VIT_TRAINABLE:
+        last = f"blocks.{len(net.blocks) - 1}."
+        trunk = _Sequence(net, [*embed, *net.blocks, net.norm])
+        return nn.Identity(), trunk, _Sequence(net, [pooled]), lambda name: (
+            last in name or "norm" in name or "head" in name)
+    raise ValueError(f"trainable_modules: ViT supports ['blocks.-1'] (Sec. 5.2) or {AUTHORS_VIT_TRAINABLE} (the "
+                     f"authors' code), got {trainable}")
 
 
 def build_timm_model(arch: str, weights: str | Path | None, *, trainable: list[str],
@@ -117,8 +133,8 @@ def build_timm_model(arch: str, weights: str | Path | None, *, trainable: list[s
             raise ValueError("weights: a local timm state dict is required unless load=False")
         load_weights(net, weights)
     net = net.to(dtype)
-    frozen, train, neck = (_resnet_split if arch == "resnet18" else _vit_split)(net, list(trainable))
+    frozen, train, neck, trains = (_resnet_split if arch == "resnet18" else _vit_split)(net, list(trainable))
     classifier = net.get_classifier()
     model = ImmunizableModel(frozen, train, neck, classifier, int(net.num_features), dummy=dummy, ridge=ridge,
-                             side=side, check=check)  # type: ignore[arg-type]
+                             side=side, check=check, trains=trains)  # type: ignore[arg-type]
     return model, net

@@ -56,7 +56,8 @@ def objective_config(cfg: dict[str, Any], harmful_classes: int) -> ObjectiveConf
                            lambda_kappa=cfg.get("lambda_kappa") or 0.0, lambda_imma=cfg.get("lambda_imma") or 0.0,
                            imma_inner_steps=cfg["imma_inner_steps"], imma_inner_lr=cfg["imma_inner_lr"],
                            harmful_classes=harmful_classes, label_smoothing=cfg["label_smoothing"],
-                           reg_rtol=cfg["reg_rtol"], on_degenerate=cfg["on_degenerate"])
+                           reg_rtol=cfg["reg_rtol"], on_degenerate=cfg["on_degenerate"],
+                           protocol=cfg.get("protocol") or "paper")
 
 
 def train_config(cfg: dict[str, Any], method: str | None = None) -> TrainConfig:
@@ -114,7 +115,7 @@ def proxy_task(cfg: dict[str, Any], work: Path, validation: float | None = None,
                      lr=cfg["pretrain_lr"])
             path.parent.mkdir(parents=True, exist_ok=True)
             torch.save(net.state_dict(), path)
-        return net.split(ridge=cfg["dummy_ridge"], side=cfg["dummy_side"])
+        return net.split(ridge=cfg["dummy_ridge"], side=cfg["dummy_side"], dummy=cfg["protocol"] == "paper")
 
     rir = "test" if validation else "train"
     return Task(name=cfg["name"], theta0=theta0,
@@ -146,7 +147,8 @@ def _calibration(task: Task, model: ImmunizableModel, cfg: dict[str, Any], seed:
         if not issubclass(w.category, DegenerateSpectrumWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     mean = {k: float(np.mean(v)) for k, v in norms.items()}
-    weight_of = {"r_well": "lambda_P", "r_ill": "lambda_H", "kappa_gap": "lambda_kappa", "harmful": "lambda_imma"}
+    weight_of = {"r_well": "lambda_P", "r_ill": "lambda_H", "kappa_gap": "lambda_kappa", "kappa_log": "lambda_kappa",
+                 "harmful": "lambda_imma"}
     ties = sum(issubclass(w.category, DegenerateSpectrumWarning) for w in caught)
     return {"grad_norms": mean, "batches": batches, "degenerate_batches": ties,
             "balanced": {weight_of[k]: balanced_scale(mean["task"], v) for k, v in mean.items() if k != "task"}}
@@ -375,43 +377,60 @@ def _ms(values: list[float], fmt: str = "{:.3f}") -> str:
     return format_mean_std(*mean_std(values), fmt)
 
 
-def aggregate(records: list[dict[str, Any]], out: Path, title: str) -> str:
-    """``table.md`` and ``figure3.png``/``.pdf`` from the records alone; returns the table's markdown."""
+def aggregate(records: list[dict[str, Any]], out: Path, title: str, suffix: str = "") -> str:
+    """``table<suffix>.md`` and ``figure3<suffix>.png``/``.pdf`` from the records alone; returns the table's
+    markdown (``suffix``: ``""`` for the paper protocol, ``"_official"`` for the other, so that both protocols'
+    tables live side by side in one output folder)."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         by.setdefault(r["method"], []).append(r)
     seeds = sorted({r["seed"] for r in records})
-    lines = [f"### {title.replace(chr(10), '; ')}", "", f"Seeds: {seeds} (mean ± sample std over seeds). Eq. 17 estimated as in the paper "
-             "(mean over random groups of training samples) and exact (all training samples at once).", "",
+    both = all("rir_authors" in r for r in records if r["method"] != "init")  # stores before issue 18: ours only
+    lines = [f"### {title.replace(chr(10), '; ')}", "", f"Seeds: {seeds} (mean ± sample std over seeds). Eq. 17 "
+             "estimated as in the paper (mean over random groups of training samples) and exact (all training "
+             "samples at once), with our kappa (pseudo-inverse: largest over smallest nonzero eigenvalue of H~, a "
+             "measure of conditioning)" + ("; and with the authors' (max over min of the eigenvalues of H~ + 1e-6 "
+                                           "I above 1e-6: where D_hid exceeds the group size, a measure of the "
+                                           "largest eigenvalue's scale, see kappalab.deep.metrics)." if both else
+                                           "."), "",
              "| Method | (i) ↑ est. | (ii) ↓ est. | RIR_θ0 ↑ est. | (i) exact | (ii) exact | RIR_θ0 exact | "
-             "D_P test acc. (%) | wall (s) |", "|---|---|---|---|---|---|---|---|---|"]
+             + ("authors' (i) est. | authors' (ii) est. | authors' RIR_θ0 est. | authors' RIR_θ0 exact | "
+                if both else "") + "D_P test acc. (%) | wall (s) |",
+             "|---|---|---|---|---|---|---|" + ("---|---|---|---|" if both else "") + "---|---|"]
     if "init" in by:
-        lines.append(f"| Init. θ0 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | "
-                     f"{_ms([100 * r['dp_test_acc'] for r in by['init']], '{:.2f}')} | "
+        lines.append("| Init. θ0 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | " + ("1.0 | 1.0 | 1.0 | 1.0 | " if both else "")
+                     + f"{_ms([100 * r['dp_test_acc'] for r in by['init']], '{:.2f}')} | "
                      f"{_ms([r['wall_s'] for r in by['init']], '{:.0f}')} |")
     for m in METHODS:
         if m not in by:
             continue
-        rs, g = by[m], (lambda k: [r["rir"][k] for r in by[m]])
-        lines.append(f"| {METHOD_LABELS[m]} | {_ms(g('est_i'))} | {_ms(g('est_ii'))} | {_ms(g('est_rir'))} | "
-                     f"{_ms(g('exact_i'))} | {_ms(g('exact_ii'))} | {_ms(g('exact_rir'))} | "
-                     f"{_ms([100 * r['dp_test_acc'] for r in rs], '{:.2f}')} | {_ms([r['wall_s'] for r in rs], '{:.0f}')} |")
+        rs = by[m]
+
+        def g(k: str, key: str = "rir") -> str:
+            return _ms([r[key][k] for r in rs])
+
+        authors = (" | ".join(g(k, "rir_authors") for k in ("est_i", "est_ii", "est_rir", "exact_rir")) + " | "
+                   if both else "")
+        lines.append(f"| {METHOD_LABELS[m]} | {g('est_i')} | {g('est_ii')} | {g('est_rir')} | "
+                     f"{g('exact_i')} | {g('exact_ii')} | {g('exact_rir')} | {authors}"
+                     f"{_ms([100 * r['dp_test_acc'] for r in rs], '{:.2f}')} | "
+                     f"{_ms([r['wall_s'] for r in rs], '{:.0f}')} |")
     conf = next((r["provenance"]["config"] for r in records if r["method"] != "init"), None)
     if conf is not None:
         weights = {"ours": ("lambda_H", "lambda_P"), "rill_only": ("lambda_H",), "opt_kappa": ("lambda_kappa",),
                    "imma": ("lambda_imma",)}
         ep = conf.get("method_epochs") or {}
-        lines += ["", "Settings: lr " + _fmt(conf["eta"]) + "; " + "; ".join(
+        lines += ["", f"Settings: protocol {conf.get('protocol', 'paper')}; lr " + _fmt(conf["eta"]) + "; " + "; ".join(
             f"{METHOD_LABELS[m]}: " + ", ".join(f"{w} = {_fmt(conf[w])}" for w in weights[m])
             + f", {ep.get(m, conf['epochs'])} epochs" for m in METHODS if m in by) + "."]
     table = "\n".join(lines) + "\n"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(table)
-    _figure(by, out, title)
+    (out / f"table{suffix}.md").write_text(table)
+    _figure(by, out, title, suffix)
     return table
 
 
-def _figure(by: dict[str, list[dict[str, Any]]], out: Path, title: str) -> None:
+def _figure(by: dict[str, list[dict[str, Any]]], out: Path, title: str, suffix: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -433,7 +452,7 @@ def _figure(by: dict[str, list[dict[str, Any]]], out: Path, title: str) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     for ext in ("png", "pdf"):
-        fig.savefig(out / f"figure3.{ext}", dpi=150)
+        fig.savefig(out / f"figure3{suffix}.{ext}", dpi=150)
     plt.close(fig)
 
 
@@ -469,7 +488,7 @@ def run(call) -> int:
     tag = identity(resolved(cfg), data, {"device": args.device, "dtype": "float64"})["hash"]
     work = (Path(args.work) if args.work else out / "work") / tag
     if args.search:
-        if not args.proxy or not cfg.get("search"):
+        if not args.proxy or not cfg.get("search") or cfg["protocol"] != "paper":
             raise UsageError("--search: needs --proxy and a config with a 'search' block")
         cfg["methods"] = methods
         result = run_search(cfg, out, work.with_name(work.name + "_search"))
@@ -516,5 +535,5 @@ def run(call) -> int:
     if not records:
         print(f"kappalab reproduce table3: no records of this config in {store.path}", file=sys.stderr)
         return 1
-    print(aggregate(records, out, title))
+    print(aggregate(records, out, title, "" if cfg["protocol"] == "paper" else "_official"))
     return 0

@@ -19,6 +19,14 @@ Modes:
   configuration; needs ``kappalab[deep]``, the data, the weights and a GPU; under ``torchrun`` the training is
   data-parallel). Config ``table3_<arch>_<harmful>.json``; outputs under ``results/table3/<arch>_<harmful>``.
 
+``--protocol paper|official`` (default ``paper``): ``paper`` follows the paper's text (Eq. 11 with Eq. 18's ``H~``,
+the dummy layer's ``K^-1`` preconditioning, pseudo-inverse kappa); ``official`` follows the authors' public code as
+read (their r1 / r2 with ``k = p`` = the input width, shifted kappa, no dummy layer, their ViT and trainable set,
+augmentation, batch sizes and constant lr; :mod:`kappalab.deep.official`), from the config's ``official`` block,
+which names with a reason whatever of their code the config does not follow. The protocol is part of every run's
+identity, so both protocols can share one ``--out`` (the official protocol's table and figure are
+``table_official.md`` and ``figure3_official.png``/``.pdf``); every record carries both RIR estimators.
+
 Configs are the shipped ``table3_<name>.json`` (schema: :mod:`kappalab.reproduce.table3_config`) or ``--config
 FILE``; ``--set KEY=VALUE`` overrides any value. Every (seed, method) is one record with provenance in an
 append-only ``runs.jsonl``, keyed ``<task>/seed<s>/<method>.<hash>`` by its run identity (resolved config, data
@@ -59,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--imagenet", help="ImageNet-1k root with train/ and val/ class folders")
     p.add_argument("--harmful-dir", help="Stanford Cars or Country211 root with train/ and test/ class folders")
     p.add_argument("--weights", help="local timm state dict (.safetensors or .pth/.bin) of the model")
+    p.add_argument("--protocol", choices=["paper", "official"], default="paper",
+                   help="paper: the paper's text (default); official: the authors' public code as read "
+                        "(the config's 'official' block)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--config", help="config name or path (default: from the mode)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
@@ -100,21 +111,30 @@ def prepare(argv: list[str]) -> Call:
         raise UsageError("--arch: needs --harmful (or --smoke)")
     if args.search and not args.proxy:
         raise UsageError("--search: needs --proxy")
+    if args.search and args.protocol != "paper":
+        raise UsageError("--search: Appendix C.2's search is the paper protocol's (the authors' lambdas are "
+                         "Table 4's); use --protocol paper")
     check_device(args.device)
     overrides = parse_set(args.overrides)
+    if "protocol" in overrides:
+        raise UsageError("--set protocol: choose the protocol with --protocol paper|official")
+    protocol = args.protocol
     if args.proxy:
-        cfg = load_table3_config(args.config or "proxy", quick=args.quick, overrides=overrides)
+        cfg = load_table3_config(args.config or "proxy", quick=args.quick, overrides=overrides, protocol=protocol)
         default_out = RESULTS / ("table3_quick" if args.quick else "table3")
         title = ("CPU-scale analogue (SmallCNN, MNIST subset 0-4 vs 5-9)" + (" [quick]" if args.quick else "")
                  + (f", {cfg['label']}" if cfg.get("label") else "") + "\nnot the paper's experiment")
     elif args.smoke:
-        cfg = load_table3_config(args.config or f"{args.arch}_smoke", overrides=overrides)
+        cfg = load_table3_config(args.config or f"{args.arch}_smoke", overrides=overrides, protocol=protocol)
         default_out = RESULTS / "table3" / cfg["name"]
         title = f"{cfg['timm_name']} (random weights), MNIST digits 0-4 vs 5-9 at 224x224 [smoke]"
     else:
-        cfg = load_table3_config(args.config or f"{args.arch}_{args.harmful}", overrides=overrides)
+        cfg = load_table3_config(args.config or f"{args.arch}_{args.harmful}", overrides=overrides,
+                                 protocol=protocol)
         default_out = RESULTS / "table3" / cfg["name"]
         title = f"{cfg['timm_name']}, ImageNet-1k vs {args.harmful}"
+    title += f"\nprotocol: {protocol} (" + ("the paper's text" if protocol == "paper" else
+                                         "the authors' public code as read") + ")"
     out = check_out(Path(args.out) if args.out else default_out)
     seeds = list(unique(args.seeds or cfg["seeds"], "--seeds"))
     methods = list(unique(args.methods or cfg["methods"], "--methods"))

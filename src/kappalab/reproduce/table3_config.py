@@ -2,11 +2,14 @@
 
 A file (shipped ``table3_<name>.json`` or a path) holds the fields of :class:`Table3Config` at the top level or
 under ``"choices"`` as ``{"value": ..., "reason": "..."}``, a ``"reasons"`` block (why a top-level value is what it
-is), an optional ``"search"`` block (Appendix C.2's lambda / epoch search, keys :data:`SEARCH_KEYS`) and an optional
-``"quick"`` block of overrides for ``--quick``. Any other key is a :class:`~kappalab.configs.ConfigError` naming
-the key and the file. ``--set KEY=VALUE`` (dotted keys: ``lambda_H=5e3``, ``search.max_epochs=2``) is applied
-last. The loaded config is a flat dict (what :mod:`kappalab.deep` reads) built from the dataclass, so every key
-is present with its declared default.
+is), an optional ``"search"`` block (Appendix C.2's lambda / epoch search, keys :data:`SEARCH_KEYS`), an optional
+``"official"`` block (the values of ``--protocol official``: what the authors' public code does, each with its
+reason, in the same ``choices`` / ``reasons`` form) and an optional ``"quick"`` block of overrides for ``--quick``.
+Any other key is a :class:`~kappalab.configs.ConfigError` naming the key and the file. The layers apply in that
+order: top level, ``official`` (``--protocol official`` only), ``quick`` (``--quick`` only), then ``--set
+KEY=VALUE`` (dotted keys: ``lambda_H=5e3``, ``search.max_epochs=2``). The protocol itself is not a file or
+``--set`` value: the loader records the one it applied in the field ``protocol``. The loaded config is a flat dict
+(what :mod:`kappalab.deep` reads) built from the dataclass, so every key is present with its declared default.
 """
 
 from __future__ import annotations
@@ -77,12 +80,24 @@ class Table3Config:
     # the smoke configuration of the deep-net path (``--smoke``)
     random_weights: bool = False  #: timm's random init (pretrained=False, no hub) instead of ``--weights``
     smoke_per_class: dict[str, int] | None = None  #: images per digit class in the made train/ and test/ folders
+    # the protocol (kappalab.deep.official): "paper" (the paper's text) or "official" (the authors' code)
+    protocol: str = "paper"
+    transforms: str = "timm_eval"  #: image folders: "timm_eval" (every split) or "authors" (see imagefolder)
+    #: official protocol: what of the authors' code this config does not follow, each with its reason
+    unfollowed: dict[str, str] | None = None
 
 
 FIELD_NAMES = tuple(f.name for f in fields(Table3Config))
 _REQUIRED = tuple(f.name for f in fields(Table3Config) if f.default is MISSING and f.default_factory is MISSING)
-#: what ``--set`` may name
-OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES}, "search": {k: None for k in SEARCH_KEYS}}
+#: what ``--set`` may name (the protocol is chosen with ``--protocol``)
+OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES if n != "protocol"},
+                               "search": {k: None for k in SEARCH_KEYS}}
+#: kappalab.immunization.PROTOCOLS, repeated so that loading a config needs no torch (a test checks they agree)
+PROTOCOLS = ("paper", "official")
+#: fields added with the protocols: a run's identity holds them only where they differ from these values, so the
+#: paper protocol's run keys are those of the records written before the protocols existed
+IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_eval"}
+_BLOCK = set(FIELD_NAMES) - {"protocol"}
 
 
 def _check_keys(where: str, keys, allowed, prefix: str = "") -> None:
@@ -92,25 +107,44 @@ def _check_keys(where: str, keys, allowed, prefix: str = "") -> None:
                           f"(allowed: {', '.join(sorted(allowed))})")
 
 
-def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, Any] | None = None
-                       ) -> dict[str, Any]:
-    """A Table 3 config (shipped ``table3_<name>.json`` or a path) as one flat dict: every field of
-    :class:`Table3Config`, plus ``reasons``, ``config_file`` and ``quick``."""
+def _choices(where: str, prefix: str, block: Mapping[str, Any], cfg: dict[str, Any], reasons: dict[str, str]
+             ) -> None:
+    """Enter a block's ``choices`` (``{"value": ..., "reason": ...}`` each) into ``cfg`` and ``reasons``."""
+    for key, entry in block.get("choices", {}).items():
+        if not (isinstance(entry, dict) and set(entry) == {"value", "reason"}):
+            raise ConfigError(f'config {where}: {prefix}choices.{key} must be {{"value": ..., "reason": "..."}}')
+        cfg[key], reasons[key] = entry["value"], entry["reason"]
+
+
+def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, Any] | None = None,
+                       protocol: str = "paper") -> dict[str, Any]:
+    """A Table 3 config (shipped ``table3_<name>.json`` or a path) under ``protocol`` as one flat dict: every
+    field of :class:`Table3Config`, plus ``reasons``, ``config_file`` and ``quick``."""
     raw, path = read(name if name.endswith(".json") else f"table3_{name}")
     where = str(path)
-    _check_keys(where, raw, set(FIELD_NAMES) | {"choices", "quick", "reasons"})
-    _check_keys(where, raw.get("choices", {}), FIELD_NAMES, "choices.")
-    _check_keys(where, raw.get("reasons", {}), FIELD_NAMES, "reasons.")
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    official = raw.get("official", {})
+    _check_keys(where, raw, _BLOCK | {"choices", "quick", "reasons", "official"})
+    for prefix, block in (("", raw), ("official.", official)):
+        _check_keys(where, block.get("choices", {}), _BLOCK, prefix + "choices.")
+        _check_keys(where, block.get("reasons", {}), _BLOCK, prefix + "reasons.")
+    _check_keys(where, official, _BLOCK | {"choices", "reasons"}, "official.")
     _check_keys(where, raw.get("search") or {}, SEARCH_KEYS, "search.")
-    _check_keys(where, raw.get("quick", {}), set(FIELD_NAMES) | {"choices"}, "quick.")
-    _check_keys(where, raw.get("quick", {}).get("choices", {}), FIELD_NAMES, "quick.choices.")
+    _check_keys(where, raw.get("quick", {}), _BLOCK | {"choices"}, "quick.")
+    _check_keys(where, raw.get("quick", {}).get("choices", {}), _BLOCK, "quick.choices.")
     _check_keys(where, raw.get("quick", {}).get("search", {}), SEARCH_KEYS, "quick.search.")
-    cfg = {k: v for k, v in raw.items() if k not in ("choices", "quick", "reasons")}
+    cfg = {k: v for k, v in raw.items() if k not in ("choices", "quick", "reasons", "official")}
     reasons = dict(raw.get("reasons", {}))
-    for key, entry in raw.get("choices", {}).items():
-        if not (isinstance(entry, dict) and set(entry) == {"value", "reason"}):
-            raise ConfigError(f'config {where}: choices.{key} must be {{"value": ..., "reason": "..."}}')
-        cfg[key], reasons[key] = entry["value"], entry["reason"]
+    _choices(where, "", raw, cfg, reasons)
+    if protocol == "official":
+        if not official:
+            raise ConfigError(f"--protocol official: config {where} has no 'official' block (the authors' "
+                              "settings for this task); it runs under --protocol paper only")
+        cfg.update({k: v for k, v in official.items() if k not in ("choices", "reasons")})
+        reasons.update(official.get("reasons", {}))
+        _choices(where, "official.", official, cfg, reasons)
+    cfg["protocol"] = protocol
     if quick:
         over = dict(raw.get("quick", {}))
         cfg.update(over.pop("choices", {}))
@@ -134,5 +168,8 @@ def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, A
 
 def resolved(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a loaded config that a run's numbers depend on (its identity's config): every field except
-    the descriptive ones and the run list (seeds and methods are part of each run's own options)."""
-    return {k: cfg[k] for k in FIELD_NAMES if k not in ("description", "label", "seeds", "methods", "lambda_rule")}
+    the descriptive ones and the run list (seeds and methods are part of each run's own options); the fields of
+    :data:`IDENTITY_DEFAULTS` only where they differ from those values."""
+    descriptive = ("description", "label", "seeds", "methods", "lambda_rule", "unfollowed")
+    return {k: cfg.get(k) for k in FIELD_NAMES if k not in descriptive
+            and not (k in IDENTITY_DEFAULTS and cfg.get(k, IDENTITY_DEFAULTS[k]) == IDENTITY_DEFAULTS[k])}

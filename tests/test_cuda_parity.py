@@ -67,7 +67,8 @@ CALLS: dict[str, tuple[Callable, tuple, dict, Callable[[Any], Any]]] = {
 
 def _device(name: str) -> str:
     if name == "cuda" and not torch.cuda.is_available():
-        pytest.skip("CUDA not available")
+        pytest.skip("CUDA not available: the cuda half of this parity test needs a GPU; it runs in "
+                    "scripts/gpu_check.sh (last run: docs/gpu.md)")
     return name
 
 

@@ -274,8 +274,9 @@ def store_table(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _pm(ms: Sequence[float]) -> str:
-    return format_mean_std(ms[0], ms[1])
+def _terms(s: Mapping[str, Any]) -> str:
+    """The ``(i) | (ii) | RIR | median RIR`` cells of a summary."""
+    return " | ".join([*(format_mean_std(*s[m]) for m in ("term_i", "term_ii", "rir")), f"{s['median_rir']:.3g}"])
 
 
 def _selected_row(r: Mapping[str, Any], paper_rir: Mapping[str, str]) -> str:
@@ -283,13 +284,12 @@ def _selected_row(r: Mapping[str, Any], paper_rir: Mapping[str, str]) -> str:
     if s is None:
         return f"| {METHOD_LABELS[r['method']]} | none admissible | | | | | | | | {paper_rir[r['method']]} |"
     return (f"| {METHOD_LABELS[r['method']]} | {r['lr']:g} | {len(r['per_run'])} | {s['median_epoch']:g} | "
-            f"{_pm(s['term_i'])} | {_pm(s['term_ii'])} | {_pm(s['rir'])} | {s['median_rir']:.3g} | "
-            f"{s[f'pairs_rir>{SUCCESS_THRESHOLD:g}']} | {paper_rir[r['method']]} |")
+            f"{_terms(s)} | {s[f'pairs_rir>{SUCCESS_THRESHOLD:g}']} | {paper_rir[r['method']]} |")
 
 
 def markdown(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Mapping[str, Any]], n_runs: int) -> str:
     """selection_paper.md."""
-    paper_rir = {m: _pm(PAPER_TABLE2[m][2]) for m in METHODS}
+    paper_rir = {m: format_mean_std(*PAPER_TABLE2[m][2]) for m in METHODS}
     lines = ["# Table 2, paper protocol (Alg. 1) on full MNIST, under App. C.2's selection", "",
              f"{n_runs} runs. Numbers: {MEAN_STD_CONVENTION}, over the runs (pairs x seeds). (i), (ii), RIR: Table "
              "2's rule (rank decided on each part's K at n eps, pseudo-inverse kappa, from singular values). "
@@ -298,8 +298,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Mapping[str,
              "| lr / Method | runs | (i) | (ii) | RIR | median RIR | paper RIR |", "|---|---|---|---|---|---|---|"]
     for name, t in table.items():
         lr, method = name.split("/")
-        lines.append(f"| {lr} {METHOD_LABELS[method]} | {t['n_runs']} | {_pm(t['term_i'])} | {_pm(t['term_ii'])} | "
-                     f"{_pm(t['rir'])} | {t['median_rir']:.3g} | {paper_rir[method]} |")
+        lines.append(f"| {lr} {METHOD_LABELS[method]} | {t['n_runs']} | {_terms(t)} | {paper_rir[method]} |")
     head = ("| Method | lr | runs | median epoch | (i) | (ii) | RIR | median RIR | "
             f"runs RIR>{SUCCESS_THRESHOLD:g} | paper RIR |")
     for grid, title in (("lr_grid", "learning rate and epoch selected"),
@@ -320,8 +319,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Mapping[str,
         if r["selection"] == "none":
             s = r["summary"]
             lines.append(f"| {METHOD_LABELS[r['method']]} | {r['lr']:g} | {r['report_on']} | {len(r['per_run'])} | "
-                         f"{_pm(s['term_i'])} | {_pm(s['term_ii'])} | {_pm(s['rir'])} | {s['median_rir']:.3g} | "
-                         f"{paper_rir[r['method']]} |")
+                         f"{_terms(s)} | {paper_rir[r['method']]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -331,8 +329,8 @@ def report(out: Path, default_eta: float) -> dict[str, Any]:
     runs = load_runs(out, records)
     rows = selection_records(runs, default_eta)
     table = store_table(runs)
-    body = to_jsonable({"n_runs": len(runs), "rules": [rule.describe() for rule in RULES], "variants": VARIANTS, "table": table,
-                        "records": rows})
+    body = to_jsonable({"n_runs": len(runs), "rules": [rule.describe() for rule in RULES], "variants": VARIANTS,
+                        "table": table, "records": rows})
     write_report(out, "selection_paper", body, markdown(rows, table, len(runs)))
     final = [{"method": r["method"], "a": r["pair"][0], "b": r["pair"][1], "rir": r["final"]["rir"]}
              for r in runs if r["eta"] == default_eta]

@@ -191,13 +191,18 @@ def regularizers_from_data(theta: object, X: object, *, rtol: float | None = Non
 def regularizers_from_covariance(theta: object, K: object, *, rtol: float | None = None, solver: str = "auto",
                                  tracker: object | None = None, on_degenerate: DegeneratePolicy = "raise",
                                  gap_rtol: float | None = None, check: bool = True,
-                                 which: tuple[str, ...] = ("max", "min")) -> FromData:
+                                 which: tuple[str, ...] = ("max", "min"), left: object | None = None) -> FromData:
     """As :func:`regularizers_from_data`, from the covariance ``K = X^T X`` (``D_in x D_in``).
 
     Products: ``M = K theta``, ``H = theta^T M`` and ``S = M H`` (shared by both gradients: Thm 4.2 gives
     ``2 M G = 2 formula(u := M v, S := M H)``). The spectrum comes from ``psd_extremes(H, solver=solver)``, or
     from ``tracker`` (a :class:`kappalab.tracker.ExtremeTracker`, warm-started across calls; its own ``rtol``
     applies) when given. Equal to :func:`kappalab.linear.grad_theta_r_well` / ``grad_theta_r_ill``.
+
+    ``left`` (a ``D_in x D_in`` matrix ``A``): the gradients are returned as ``2 (A theta) G`` instead of
+    ``2 K theta G`` (``B = A theta``, ``S = B H``: one product more). With ``A = (K + ridge I)^{-1} K``
+    (:func:`kappalab.linear.ridge_projector`) they are Alg. 1's preconditioned gradients
+    ``(K + ridge I)^{-1} grad_theta R``.
     """
     from .linear import _theta_and_K
 
@@ -208,6 +213,12 @@ def regularizers_from_covariance(theta: object, K: object, *, rtol: float | None
         e = tracker(H, check=check, name="H(theta)")
     else:
         e = psd_extremes(H, rtol=rtol, solver=solver, check=check, name="H(theta)")
+    if left is not None and which:
+        left = matrix(left, "left", square=True, check=check)
+        same_kind(theta, left)
+        if left.shape != K.shape:
+            raise ValueError(f"left must have K's shape {tuple(K.shape)}, got {tuple(left.shape)}")
+        M = left @ theta
     return _from_extremes(e, M, M @ H if which else None, which, on_degenerate, gap_rtol, check)
 
 

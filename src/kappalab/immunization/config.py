@@ -49,7 +49,8 @@ EXTRA: dict[str, tuple[Default, str]] = {
     "shift": (DEFAULT_SHIFT, "the official code's shifted kappa: eigvalsh(S + shift I), eigenvalues > shift kept"),
     "rank_rtol": (None, "eigenvalues <= rtol * lambda_max count as zero; None: n * eps"),
     "on_degenerate": ("warn", "a non-unique extreme eigenvalue: 'warn' (count it) or 'raise'"),
-    "spectral_route": ("dense", "'dense', 'gram' or 'features' (kappalab.immunization.protocols)"),
+    "spectral_route": ("dense", "'dense', 'gram' or 'features' (official protocol), 'dense' or 'closed_form' (paper "
+                       "protocol); kappalab.immunization.protocols"),
     "theta_init": ("torch_linear", "'torch_linear' (nn.Linear's default) or 'identity'"),
     "head_init": ("standard_normal", "'standard_normal' or 'zeros'"),
     "logits_order": ("features_first", "the task loss's logits: 'features_first' ((X theta) w, the features formed) or "

@@ -32,18 +32,9 @@ from tqdm.auto import tqdm
 from kappalab.errors import DegenerateSpectrumWarning
 
 from .config import MethodConfig
-from .protocols import Batch, Params, Protocol, make_protocol
+from .paper_step import CLOSED_FORM_METHODS, closed_form_gradients
+from .protocols import Batch, Params, Protocol, Term, make_protocol
 from .task import LinearTask
-
-
-@dataclass(frozen=True)
-class Term:
-    """One scalar of a step's objective and the tensors it updates (``precondition``: None, "P" or "H")."""
-
-    name: str
-    value: torch.Tensor
-    params: list[torch.Tensor]
-    precondition: str | None = None
 
 
 @dataclass
@@ -130,7 +121,10 @@ def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig) 
     extractor is differentiated with respect to the step's feature leaves instead of theta and the bias, and
     :func:`_extractor_grads` maps the result back (see :mod:`kappalab.immunization.protocols`). With stacked runs
     (:mod:`kappalab.immunization.batched`) a term's value holds one scalar per run; the gradient of their sum is
-    each run's own gradient (the runs share no parameter)."""
+    each run's own gradient (the runs share no parameter). Route "closed_form" (paper protocol, Ours and R_ill
+    Only): :func:`kappalab.immunization.paper_step.closed_form_gradients`."""
+    if proto.route == "closed_form" and cfg.method in CLOSED_FORM_METHODS:
+        return closed_form_gradients(proto, p, batch, cfg)
     terms = TERMS[cfg.method](proto, p, batch, cfg)
     total: dict[int, torch.Tensor] = {}
     feature_grads: dict[str, list[torch.Tensor]] = {"theta_P": [], "theta_H": [], "bias": []}

@@ -18,7 +18,8 @@
     ``W = theta^T`` (``side="output"``), i.e. from the right of theta; bias and MSE gradients are not
     preconditioned; kappa = shifted definition.
 
-Spectral route (config ``extra.spectral_route``, default ``"dense"``; "gram" and "features": official protocol only)
+Spectral route (config ``extra.spectral_route``, default ``"dense"``; "gram" and "features": official protocol only;
+"closed_form": paper protocol only, see :mod:`kappalab.immunization.paper_step`)
     ``"dense"``: ``eigvalsh`` of the ``D x D`` S and a ``D x D`` Cholesky solve per preconditioned term (Table 1,
     and every run recorded before the option existed). ``"gram"`` (Table 2's configs): when a batch has
     ``N < D`` rows, :meth:`OfficialProtocol.gram` returns a :class:`~kappalab.immunization.spectra.FeatureGram`
@@ -65,6 +66,16 @@ class Params:
     def all(self) -> list[torch.Tensor]:
         """Every trainable tensor."""
         return self.extractor() + [self.w_P] + ([self.w_H] if self.w_H is not None else [])
+
+
+@dataclass(frozen=True)
+class Term:
+    """One scalar of a step's objective and the tensors it updates (``precondition``: None, "P" or "H")."""
+
+    name: str
+    value: torch.Tensor
+    params: list[torch.Tensor]
+    precondition: str | None = None
 
 
 @dataclass
@@ -117,7 +128,7 @@ class Protocol:
     """Shared machinery; subclasses set the protocol-specific parts."""
 
     name = "base"
-    supports_gram_route = False
+    routes: tuple[str, ...] = ("dense",)  #: the spectral routes this protocol implements
     precondition_side = "input"
     kappa_definition = "pinv"
     has_bias = False
@@ -133,9 +144,9 @@ class Protocol:
         self.route = cfg.get("spectral_route", "dense")
         if self.route not in SPECTRAL_ROUTES:
             raise ValueError(f"cfg.extra['spectral_route'] must be one of {SPECTRAL_ROUTES}, got {self.route!r}")
-        if self.route != "dense" and not self.supports_gram_route:
-            raise ValueError(f"spectral_route {self.route!r} is implemented for the official protocol only, not "
-                             f"{self.name!r}; use 'dense'")
+        if self.route not in self.routes:
+            raise ValueError(f"spectral_route {self.route!r} is not implemented for the {self.name!r} protocol; use "
+                             f"one of {self.routes}")
 
     def feature_space(self, batch: Batch) -> bool:
         """True when theta's gradient is assembled from the features' on this batch: route "features" and both
@@ -308,7 +319,7 @@ class Protocol:
         object per run, so it is factored once per run)."""
         ridge = self.ridge(which)
         X = batch.X(which)
-        if self.route != "dense" and ridge > 0 and X.shape[0] < X.shape[1]:
+        if self.route in ("gram", "features") and ridge > 0 and X.shape[0] < X.shape[1]:
             return woodbury_precondition(grad_theta, X, ridge, self.precondition_side, batch.cache, which)
         K = batch.K_P if which == "P" else batch.K_H
         return precondition_weight_grad(grad_theta.T, K, ridge, self.precondition_side).T
@@ -334,6 +345,7 @@ class PaperProtocol(Protocol):
     """Alg. 1 as stated (see module docstring)."""
 
     name = "paper"
+    routes = ("dense", "closed_form")
     precondition_side = "input"
     kappa_definition = "pinv"
     has_bias = False
@@ -355,8 +367,7 @@ class OfficialProtocol(Protocol):
     precondition_side = "output"
     kappa_definition = "shifted"
     has_bias = True
-
-    supports_gram_route = True
+    routes = ("dense", "gram", "features")
 
     def gram(self, p, batch, which):
         """``S = Phi^T Phi`` (dense route, or N >= D), or its :class:`FeatureGram` (gram/features routes, N < D)."""

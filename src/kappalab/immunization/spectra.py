@@ -117,8 +117,10 @@ def official_r2(S, shift: float = DEFAULT_SHIFT):
 
 #: ``extra.spectral_route`` values: "dense" (eigvalsh of the D x D S = Phi^T Phi; the default, Table 1), "gram"
 #: (eigvalsh of the N x N Phi Phi^T when N < D) or "features" (the gram route with theta's gradient assembled in
-#: feature space; Table 2's 64-row minibatches of 784-dim features). See :mod:`kappalab.immunization.protocols`.
-SPECTRAL_ROUTES: tuple[str, ...] = ("dense", "gram", "features")
+#: feature space; Table 2's 64-row minibatches of 784-dim features), all three for the official protocol, or
+#: "closed_form" (paper protocol: Thm 4.2's theta-gradients without autograd, :mod:`.paper_step`). See
+#: :mod:`kappalab.immunization.protocols`.
+SPECTRAL_ROUTES: tuple[str, ...] = ("dense", "gram", "features", "closed_form")
 
 
 class FeatureGram:

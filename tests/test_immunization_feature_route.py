@@ -146,7 +146,7 @@ def test_feature_route_needs_a_positive_ridge_and_the_official_protocol(toy_bce_
     cfg = _cfg("ours", "features").replace(ridge_H=0.0)
     with pytest.raises(ValueError, match="ridge_H"):
         immunize(task, cfg, seed=0)
-    with pytest.raises(ValueError, match="official protocol only"):
+    with pytest.raises(ValueError, match="'features' is not implemented for the 'paper' protocol"):
         make_protocol(task, _cfg("ours", "features").replace(protocol="paper"), "cpu")
 
 

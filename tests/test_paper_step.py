@@ -2,8 +2,10 @@
 :mod:`kappalab.immunization.paper_step`) against the autograd step (route "dense"), and the degenerate flag of
 Table 2's Alg. 1 runs.
 
-* :func:`kappalab.linear.ridge_projector` (``(K + ridge I)^{-1} K`` from X's SVD) against 50-digit mpmath, and
-  the Cholesky solve it replaces, on the same ill-conditioned case (where the solve loses digits and it does not).
+* ``(K + ridge I)^{-1} K`` from X's SVD (:func:`kappalab.linear.covariance_factor`, :func:`~kappalab.linear.ridge_weights`)
+  against 50-digit mpmath, and the Cholesky solve it replaces, on the same ill-conditioned case (where the solve
+  loses digits and it does not); :func:`kappalab.gram.regularizers_from_factor` against
+  :func:`~kappalab.gram.regularizers_from_covariance` and that solve on well-conditioned ones.
 * Per step on small tasks with simple spectra: every gradient and every term's value equal to the autograd path's
   to 1e-10 relative (Ours, R_ill Only; preconditioned or not; K of full and of deficient rank).
 * At Table 2's shape (full-MNIST pair 0-1, seed 0, first step): the unpreconditioned gradients to 1e-10; the
@@ -28,11 +30,11 @@ import scipy.linalg as sl
 import torch
 
 from kappalab.errors import DegenerateSpectrumWarning
-from kappalab.gram import regularizers_from_covariance
+from kappalab.gram import regularizers_from_covariance, regularizers_from_factor
 from kappalab.immunization import LinearTask
 from kappalab.immunization.methods import step_gradients
 from kappalab.immunization.protocols import make_protocol
-from kappalab.linear import hessian, ridge_projector
+from kappalab.linear import covariance_factor, hessian, ridge_weights
 from kappalab.regularizers import grad_r_ill_from_extremes
 from kappalab.reproduce.table2 import table2_config
 from kappalab.spectral import psd_extremes
@@ -61,30 +63,64 @@ def _mp_projector(X: np.ndarray, ridge: float) -> np.ndarray:
         return np.array((mpmath.inverse(A) * K).tolist(), dtype=float)
 
 
+def _projector(X) -> np.ndarray:
+    """``(K + 1e-3 I)^{-1} K`` from the factor of K (NumPy or torch)."""
+    s, Wt = covariance_factor(X)
+    return (Wt.T * ridge_weights(s, 1e-3)) @ Wt
+
+
 @pytest.mark.parametrize("N, s", [(12, np.logspace(3, -3, 6)), (4, np.array([30.0, 2.0, 0.05, 1e-3]))])
-def test_ridge_projector_against_mpmath_and_the_cholesky_solve(N: int, s: np.ndarray) -> None:
+def test_ridge_weights_against_mpmath_and_the_cholesky_solve(N: int, s: np.ndarray) -> None:
     """N > D (through QR) and N < D (rank N): the projector within its documented bound 2 eps s_1 / sqrt(ridge)
     (1.4e-11, resp. 4e-13); the Cholesky solve of the dense route on the same K (condition s_1^2 / ridge = 1e9,
     resp. 9e5) loses digits to that condition."""
     D = 6 if N > 6 else 7
     X = _with_spectrum(s, N, seed=N) if N > D else _with_spectrum(s, D, seed=N)[:, :N].T
-    ridge = 1e-3
-    ref = _mp_projector(X, ridge)
-    P = ridge_projector(X, ridge)
-    bound = 2 * np.finfo(float).eps * s[0] / np.sqrt(ridge)
+    ref = _mp_projector(X, 1e-3)
+    P = _projector(X)
+    bound = 2 * np.finfo(float).eps * s[0] / np.sqrt(1e-3)
     assert _rel(P, ref) < bound
     K = X.T @ X
-    chol = sl.cho_solve(sl.cho_factor(K + ridge * np.eye(D)), K)
+    chol = sl.cho_solve(sl.cho_factor(K + 1e-3 * np.eye(D)), K)
     assert _rel(chol, ref) > 10 * _rel(P, ref)  # the solve is the less accurate route (measured 1.3e-13 vs 1.7e-8, 4e-15 vs 4e-11)
-    Pt = ridge_projector(torch.from_numpy(X), ridge)  # the torch path: the same formula
-    assert _rel(Pt.numpy(), ref) < bound
+    assert _rel(_projector(torch.from_numpy(X)).numpy(), ref) < bound  # the torch path: the same formulas
 
 
-def test_ridge_projector_bad_input() -> None:
+def test_covariance_factor_drops_only_the_null_space() -> None:
+    """X of rank 3 (5 x 8, two rows repeated): r = 3 kept values, K recomposed to rounding."""
+    X = _with_spectrum(np.array([4.0, 1.0, 0.1]), 8, seed=5)[:, :3].T
+    X = np.vstack([X, X[:2]])
+    s, Wt = covariance_factor(X)
+    assert s.shape == (3,) and Wt.shape == (3, 8)
+    assert _rel((Wt.T * s ** 2) @ Wt, X.T @ X) < 1e-14
+
+
+def test_factor_route_bad_input() -> None:
     with pytest.raises(ValueError, match="ridge must be positive"):
-        ridge_projector(np.eye(3), 0.0)
-    with pytest.raises(ValueError, match="left must have K's shape"):
-        regularizers_from_covariance(np.eye(3), np.eye(3), left=np.eye(4))
+        ridge_weights(np.ones(3), 0.0)
+    with pytest.raises(ValueError, match="s and Wt must be r and r x D_in"):
+        regularizers_from_factor(np.eye(3), np.ones(2), np.eye(3)[:2].T)
+    with pytest.raises(ValueError, match="left_weights must have s's shape"):
+        regularizers_from_factor(np.eye(3), np.ones(2), np.eye(3)[:2], left_weights=np.ones(3))
+
+
+@pytest.mark.parametrize("N", [30, 5])
+def test_factor_route_equals_the_covariance_route_and_the_solve(N: int) -> None:
+    """Values and theta-gradients of both regularizers from the factor of K equal those from K itself (full rank and
+    rank 5 < D = 8) to 1e-12; with the ridge weights, the Cholesky-preconditioned gradients (ridge 0.5) to 1e-12."""
+    rng = np.random.default_rng(N)
+    X = rng.standard_normal((N, 8)) * np.linspace(0.5, 2.0, 8)
+    theta = rng.standard_normal((8, 8)) / 3
+    K = X.T @ X
+    s, Wt = covariance_factor(X)
+    ref = regularizers_from_covariance(theta, K)
+    got = regularizers_from_factor(theta, s, Wt)
+    for name in ("r_well", "r_ill", "grad_well", "grad_ill"):
+        assert _rel(np.asarray(getattr(got, name)), np.asarray(getattr(ref, name))) < 1e-12, name
+    pre = regularizers_from_factor(theta, s, Wt, left_weights=ridge_weights(s, 0.5))
+    factor = sl.cho_factor(K + 0.5 * np.eye(8))
+    for name in ("grad_well", "grad_ill"):
+        assert _rel(getattr(pre, name), sl.cho_solve(factor, getattr(ref, name))) < 1e-12, name
 
 
 def _task(N_P: int, N_H: int, D: int, seed: int) -> LinearTask:
@@ -199,8 +235,10 @@ def test_degenerate_flag_is_s_min_of_H_H_and_its_cluster_does_not_move_the_gradi
     assert lam[k - 1] < 1e-11 * s1 and lam[k - 1] > 1e3 * lam[k]
     cluster = np.flatnonzero(lam[:k] - lam[k - 1] <= np.sqrt(np.finfo(float).eps) * s1)
     assert len(cluster) >= 2
-    A = ridge_projector(pair01.X_H, 1e-3)
-    r = regularizers_from_covariance(theta, K, which=("min",), on_degenerate="ignore", left=A)
+    s, Wt = covariance_factor(pair01.X_H)
+    A = (Wt.T * ridge_weights(s, 1e-3)) @ Wt
+    r = regularizers_from_factor(theta, s, Wt, left_weights=ridge_weights(s, 1e-3), which=("min",),
+                                 on_degenerate="ignore")
     d = float(e.fro2 / (2 * k) - 0.5 * e.s_min ** 2)
     bound = 4 * float(e.s_min) * np.linalg.norm(A @ theta, 2) / d ** 2
     assert bound < 1e-8 * np.linalg.norm(r.grad_ill)  # measured 1.7e-9

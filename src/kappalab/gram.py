@@ -191,18 +191,13 @@ def regularizers_from_data(theta: object, X: object, *, rtol: float | None = Non
 def regularizers_from_covariance(theta: object, K: object, *, rtol: float | None = None, solver: str = "auto",
                                  tracker: object | None = None, on_degenerate: DegeneratePolicy = "raise",
                                  gap_rtol: float | None = None, check: bool = True,
-                                 which: tuple[str, ...] = ("max", "min"), left: object | None = None) -> FromData:
+                                 which: tuple[str, ...] = ("max", "min")) -> FromData:
     """As :func:`regularizers_from_data`, from the covariance ``K = X^T X`` (``D_in x D_in``).
 
     Products: ``M = K theta``, ``H = theta^T M`` and ``S = M H`` (shared by both gradients: Thm 4.2 gives
     ``2 M G = 2 formula(u := M v, S := M H)``). The spectrum comes from ``psd_extremes(H, solver=solver)``, or
     from ``tracker`` (a :class:`kappalab.tracker.ExtremeTracker`, warm-started across calls; its own ``rtol``
     applies) when given. Equal to :func:`kappalab.linear.grad_theta_r_well` / ``grad_theta_r_ill``.
-
-    ``left`` (a ``D_in x D_in`` matrix ``A``): the gradients are returned as ``2 (A theta) G`` instead of
-    ``2 K theta G`` (``B = A theta``, ``S = B H``: one product more). With ``A = (K + ridge I)^{-1} K``
-    (:func:`kappalab.linear.ridge_projector`) they are Alg. 1's preconditioned gradients
-    ``(K + ridge I)^{-1} grad_theta R``.
     """
     from .linear import _theta_and_K
 
@@ -213,13 +208,40 @@ def regularizers_from_covariance(theta: object, K: object, *, rtol: float | None
         e = tracker(H, check=check, name="H(theta)")
     else:
         e = psd_extremes(H, rtol=rtol, solver=solver, check=check, name="H(theta)")
-    if left is not None and which:
-        left = matrix(left, "left", square=True, check=check)
-        same_kind(theta, left)
-        if left.shape != K.shape:
-            raise ValueError(f"left must have K's shape {tuple(K.shape)}, got {tuple(left.shape)}")
-        M = left @ theta
     return _from_extremes(e, M, M @ H if which else None, which, on_degenerate, gap_rtol, check)
+
+
+def regularizers_from_factor(theta: object, s: object, Wt: object, *, left_weights: object | None = None,
+                             rtol: float | None = None, solver: str = "auto", on_degenerate: DegeneratePolicy = "raise",
+                             gap_rtol: float | None = None, check: bool = True,
+                             which: tuple[str, ...] = ("max", "min")) -> FromData:
+    """As :func:`regularizers_from_covariance` with ``K = Wt^T diag(s^2) Wt`` given by its factor (``s``: ``r``
+    values, ``Wt``: ``r x D_in`` orthonormal rows; :func:`kappalab.linear.covariance_factor` of the data), through
+    the features ``F = diag(s) Wt theta`` (``r x D``, ``H = F^T F``): the gram route of
+    :func:`regularizers_from_data` on the factor (spectrum of the ``r x r`` ``F F^T``, rank counted with H's
+    rule) when ``r < D``.
+
+    The gradients are ``2 B G`` with ``B = Wt^T diag(c) Wt theta``: ``c = s^2`` (``B = K theta``, the
+    theta-gradients of Thm 4.2) or ``c = left_weights`` (e.g. :func:`kappalab.linear.ridge_weights`: ``B =
+    (K + ridge I)^{-1} K theta``, Alg. 1's preconditioned gradients). With ``T = Wt theta`` the products are
+    ``T`` (``r D_in D``), ``F F^T`` (``r^2 D``, symmetric) and ``S = B H = Wt^T (((c T) F^T) F)``; no ``D x D``
+    matrix but the two gradients is formed.
+    """
+    theta = matrix(theta, "theta", check=check)
+    Wt = matrix(Wt, "Wt", check=check)
+    same_kind(theta, Wt)
+    if Wt.shape[1] != theta.shape[0] or s.shape != (Wt.shape[0],):
+        raise ValueError(f"s and Wt must be r and r x D_in with D_in = theta.shape[0] = {theta.shape[0]}, got "
+                         f"{tuple(s.shape)} and {tuple(Wt.shape)}")
+    c = s * s if left_weights is None else left_weights
+    if c.shape != s.shape:
+        raise ValueError(f"left_weights must have s's shape {tuple(s.shape)}, got {tuple(c.shape)}")
+    T = Wt @ theta
+    F = s[:, None] * T
+    e = feature_extremes(F, rtol=rtol, solver=solver, check=check, name="diag(s) Wt theta")
+    cT = c[:, None] * T
+    S = Wt.T @ ((cT @ F.T) @ F) if which else None
+    return _from_extremes(e, lambda V: Wt.T @ (cT @ V), S, which, on_degenerate, gap_rtol, check)
 
 
 def grad_theta_r_well_from_data(theta: object, X: object, *, rtol: float | None = None, solver: str = "auto",

@@ -18,6 +18,7 @@ gradient is a true gradient there even when K is singular.
 from __future__ import annotations
 
 from ._backend import Array, eps, eye_like, is_torch, namespace, to_scalar
+from .kappa import default_rtol, numerical_rank, rank_threshold
 from .regularizers import grad_r_ill_from_extremes, grad_r_well_from_extremes, ill_denominator
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique
 from .validation import matrix, positive_scalar, same_kind, symmetric
@@ -101,27 +102,36 @@ def preconditioned_step(theta: object, K: object, grad: object, eta: float, ridg
     return theta - eta * _cho_solve(L, grad)
 
 
-def ridge_projector(X: object, ridge: float, *, check: bool = True) -> Array:
-    """``(K + ridge I)^{-1} K`` for ``K = X^T X`` (``D_in x D_in``), as ``W diag(s_i^2 / (s_i^2 + ridge)) W^T`` from
-    the singular values ``s_i`` and right singular vectors ``W`` of ``X`` (of its triangular QR factor when
-    ``N > D_in``: the same ``s`` and ``W``, a smaller SVD).
-
-    Alg. 1 preconditions theta-gradients of the form ``2 K theta G`` (both of Thm 4.2): with this matrix formed
-    once, ``(K + ridge I)^{-1} 2 K theta G = 2 (ridge_projector(X) theta) G`` costs a product, no solve. Accuracy:
-    the SVD gives each ``s_i`` to about ``eps s_1``, so each factor ``s_i^2 / (s_i^2 + ridge)`` to about
-    ``2 eps s_1 / sqrt(ridge)`` at worst (``s_i^2 = ridge``); a Cholesky solve with ``K + ridge I`` (condition
-    number ``s_1^2 / ridge``) is accurate to about ``eps s_1^2 / ridge``, and K itself, formed as ``X^T X``, carries
-    ``eps s_1^2`` of rounding. ``ridge`` must be > 0 (``ridge = 0`` would be the projector onto range(K), whose
-    rank is a tolerance decision).
-    """
+def covariance_factor(X: object, *, check: bool = True) -> tuple[Array, Array]:
+    """``(s, Wt)`` with ``K = X^T X = Wt^T diag(s^2) Wt``: the singular values ``s`` of X above X's rank rule
+    (:mod:`kappalab.kappa`: ``s_i > max(N, D_in) eps s_1``) and their right singular vectors (rows of ``Wt``,
+    ``r x D_in``), from one SVD (of X's triangular QR factor when ``N > D_in``: the same ``s`` and ``Wt``, a smaller
+    SVD). The dropped values change K by at most ``(max(N, D_in) eps s_1)^2``, far below the ``eps s_1^2`` that
+    rounding puts into ``X^T X`` itself; r is then the rank of K (full MNIST: 521-598 of 784)."""
     X = matrix(X, "X", check=check)
-    ridge = positive_scalar(ridge, "ridge")
     xp = namespace(X)
+    rtol = default_rtol(X)
     if X.shape[0] > X.shape[1]:
         X = xp.linalg.qr(X, mode="r")[1] if is_torch(X) else xp.linalg.qr(X, mode="r")
     _, s, Wt = xp.linalg.svd(X, full_matrices=False)
+    r = int(to_scalar(numerical_rank(s, rank_threshold(s[0], rtol))))
+    return s[:r], Wt[:r]
+
+
+def ridge_weights(s: Array, ridge: float) -> Array:
+    """``s_i^2 / (s_i^2 + ridge)``: the eigenvalues of ``(K + ridge I)^{-1} K`` on K's eigenvectors (``s``: X's
+    singular values, :func:`covariance_factor`; zero on K's null space).
+
+    Alg. 1 preconditions theta-gradients of the form ``2 K theta G`` (both of Thm 4.2): with K's factor,
+    ``(K + ridge I)^{-1} 2 K theta G = 2 Wt^T diag(ridge_weights) Wt theta G`` costs products, no solve
+    (:func:`kappalab.gram.regularizers_from_factor`). Accuracy: the SVD gives each ``s_i`` to about ``eps s_1``,
+    so each weight to about ``2 eps s_1 / sqrt(ridge)`` at worst (``s_i^2 = ridge``); a Cholesky solve with
+    ``K + ridge I`` (condition number ``s_1^2 / ridge``) is accurate to about ``eps s_1^2 / ridge``, and K itself,
+    formed as ``X^T X``, carries ``eps s_1^2`` of rounding. ``ridge`` must be > 0 (``ridge = 0`` would make the
+    weights a projector onto range(K), whose rank is a tolerance decision)."""
+    ridge = positive_scalar(ridge, "ridge")
     s2 = s * s
-    return (Wt.T * (s2 / (s2 + ridge))) @ Wt
+    return s2 / (s2 + ridge)
 
 
 def _cholesky(A: Array, ridge: float, check: bool) -> Array:

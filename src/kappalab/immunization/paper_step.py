@@ -1,19 +1,20 @@
 """Alg. 1's step for Ours and R_ill Only in closed form (paper protocol, ``extra.spectral_route = "closed_form"``).
 
-The regularizer terms of Eq. 11 get their theta-gradients from Thm 4.2 through the core
-(:func:`kappalab.gram.regularizers_from_covariance`: ``H = theta^T K theta``, its extreme eigenpairs by
-:func:`kappalab.spectral.psd_extremes`, the formulas of :mod:`kappalab.regularizers`) instead of ``eigh`` and
-autograd through it. Alg. 1's preconditioner enters as a left factor: the gradients are ``2 K theta G``, so
-``(K + ridge I)^{-1} 2 K theta G = 2 (A theta) G`` with ``A = (K + ridge I)^{-1} K``
-(:func:`kappalab.linear.ridge_projector`, from the SVD of the task's X, formed once per run and cached on the full
-batch): no solve per step. The D_P loss keeps its autograd gradient (two matrix-vector products with
-``logits_order = "head_first"``).
+The regularizer terms of Eq. 11 get their theta-gradients from Thm 4.2 through the core instead of ``eigh`` and
+autograd through it: :func:`kappalab.gram.regularizers_from_factor` with K's factor ``K = Wt^T diag(s^2) Wt``
+(:func:`kappalab.linear.covariance_factor`, one SVD of the task's X per run, cached on the full batch), whose
+features ``F = diag(s) Wt theta`` have r = rank(K) rows (full MNIST: 521-598 of D = 784): the spectrum of H comes
+from the ``r x r`` ``F F^T`` (the gram route, H's rank rule), the formulas from :mod:`kappalab.regularizers`.
+Alg. 1's preconditioner enters as weights: the gradients are ``2 K theta G``, and
+``(K + ridge I)^{-1} 2 K theta G = 2 Wt^T diag(s^2 / (s^2 + ridge)) Wt theta G``
+(:func:`kappalab.linear.ridge_weights`): no solve per step. The D_P loss keeps its autograd gradient (two
+matrix-vector products with ``logits_order = "head_first"``).
 
-Per task and step: four ``D x D`` products (``K theta``, ``theta^T K theta``, ``A theta``, ``(A theta) H``) and the
-extreme eigenpairs of H: on the CPU theta and K are read as NumPy arrays (no copy) and ``solver="auto"`` takes the
-``"tridiag"`` route (one ``sytrd``, all eigenvalues, two eigenvectors); on CUDA the tensors stay on the device
-(``eigh``). The warm :class:`~kappalab.tracker.ExtremeTracker` does not apply: H has the rank of K (< D on MNIST),
-and a rank-deficient H needs its whole spectrum for the rank rule.
+Per task and step: products of ``r x D`` by ``D x D`` (two) and ``r x r`` by ``r x D`` (two), and the extreme
+eigenpairs of the ``r x r`` ``F F^T``: on the CPU theta is read as a NumPy array (no copy) and ``solver="auto"``
+takes the ``"tridiag"`` route (one ``sytrd``, all eigenvalues, two eigenvectors); on CUDA the tensors stay on the
+device (``eigh``). The warm :class:`~kappalab.tracker.ExtremeTracker` is not used: the rank rule needs the whole
+spectrum, and ``F F^T`` may hold eigenvalues below H's rank threshold.
 
 Degenerate extremes follow the config's ``on_degenerate`` exactly as the autograd path does (the core's
 :func:`~kappalab.spectral.require_unique`: a :class:`~kappalab.errors.DegenerateSpectrumWarning` counted by the
@@ -21,17 +22,17 @@ training loop, or an error).
 
 Not equal to the dense route to the last bits: the dense route's Cholesky solve with ``K + ridge I`` amplifies the
 rounding of the gradient by the condition number ``lambda_max(K) / ridge`` (~2e9 on Table 2's full-MNIST pairs: a
-product-order change moves its result by ~1e-7 relative), the projector does not; so the route is a config choice
-and part of a run's identity. Methods without regularizer terms (IMMA, Opt kappa) have nothing to replace: under
-this route they take the autograd step unchanged.
+product-order change moves its result by ~1e-7 relative); the weights from X's SVD do not. So the route is a config
+choice and part of a run's identity. Methods without regularizer terms (IMMA, Opt kappa) have nothing to replace:
+under this route they take the autograd step unchanged.
 """
 
 from __future__ import annotations
 
 import torch
 
-from kappalab.gram import regularizers_from_covariance
-from kappalab.linear import ridge_projector
+from kappalab.gram import regularizers_from_factor
+from kappalab.linear import covariance_factor, ridge_weights
 
 from .config import MethodConfig
 from .protocols import Batch, Params, Protocol, Term
@@ -50,12 +51,13 @@ def _host_or_device(t: torch.Tensor):
     return t.numpy() if t.device.type == "cpu" else t
 
 
-def projector(proto: Protocol, batch: Batch, which: str):
-    """``(K + ridge I)^{-1} K`` of task ``which`` (:func:`~kappalab.linear.ridge_projector`), cached on the batch
-    (the full batch is one object per run)."""
-    key = f"ridge_projector_{which}"
+def factor(proto: Protocol, batch: Batch, which: str):
+    """``(s, Wt, weights)`` of task ``which``: :func:`~kappalab.linear.covariance_factor` of its X and the
+    preconditioner's :func:`~kappalab.linear.ridge_weights`, computed once per run (cached on the full batch)."""
+    key = f"covariance_factor_{which}"
     if key not in batch.cache:
-        batch.cache[key] = ridge_projector(_host_or_device(batch.X(which)), proto.ridge(which))
+        s, Wt = covariance_factor(_host_or_device(batch.X(which)))
+        batch.cache[key] = (s, Wt, ridge_weights(s, proto.ridge(which)))
     return batch.cache[key]
 
 
@@ -80,9 +82,9 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
         weight = float(getattr(cfg, weight_field))
         if not weight > 0:
             continue
-        r = regularizers_from_covariance(theta, _host_or_device(batch.covariance(which)), rtol=proto.rank_rtol,
-                                         on_degenerate=proto.on_degenerate, which=(end,),
-                                         left=projector(proto, batch, which) if pre else None)
+        s, Wt, weights = factor(proto, batch, which)
+        r = regularizers_from_factor(theta, s, Wt, left_weights=weights if pre else None, rtol=proto.rank_rtol,
+                                     on_degenerate=proto.on_degenerate, which=(end,))
         g = weight * torch.as_tensor(getattr(r, grad_field), device=p.theta.device)
         total[id(p.theta)] = total[id(p.theta)] + g if id(p.theta) in total else g
         value = weight * torch.as_tensor(getattr(r, value_field), dtype=p.theta.dtype, device=p.theta.device)

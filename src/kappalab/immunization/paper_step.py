@@ -3,7 +3,7 @@
 The regularizer terms of Eq. 11 get their theta-gradients from Thm 4.2 through the core instead of ``eigh`` and
 autograd through it: :func:`kappalab.gram.regularizers_from_factor` with K's factor ``K = Wt^T diag(s^2) Wt``
 (:func:`kappalab.linear.covariance_factor`, one SVD of the task's X per run, cached on the full batch), whose
-features ``F = diag(s) Wt theta`` have r = rank(K) rows (full MNIST: 521-598 of D = 784): the spectrum of H comes
+features ``F = diag(s) Wt theta`` have r = rank(X) rows (full MNIST: 521-598 of D = 784): the spectrum of H comes
 from the ``r x r`` ``F F^T`` (the gram route, H's rank rule), the formulas from :mod:`kappalab.regularizers`.
 Alg. 1's preconditioner enters as weights: the gradients are ``2 K theta G``, and
 ``(K + ridge I)^{-1} 2 K theta G = 2 Wt^T diag(s^2 / (s^2 + ridge)) Wt theta G``

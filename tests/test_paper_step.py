@@ -4,7 +4,7 @@ Table 2's Alg. 1 runs.
 
 * ``(K + ridge I)^{-1} K`` from X's SVD (:func:`kappalab.linear.covariance_factor`, :func:`~kappalab.linear.ridge_weights`)
   against 50-digit mpmath, and the Cholesky solve it replaces, on the same ill-conditioned case (where the solve
-  loses digits and it does not); :func:`kappalab.gram.regularizers_from_factor` against
+  loses digits and it does not); :func:`kappalab.gram.regularizers_from_data` on K's factor (with row weights) against
   :func:`~kappalab.gram.regularizers_from_covariance` and that solve on well-conditioned ones.
 * Per step on small tasks with simple spectra: every gradient and every term's value equal to the autograd path's
   to 1e-10 relative (Ours, R_ill Only; preconditioned or not; K of full and of deficient rank).
@@ -30,7 +30,7 @@ import scipy.linalg as sl
 import torch
 
 from kappalab.errors import DegenerateSpectrumWarning
-from kappalab.gram import regularizers_from_covariance, regularizers_from_factor
+from kappalab.gram import regularizers_from_covariance, regularizers_from_data
 from kappalab.immunization import LinearTask
 from kappalab.immunization.methods import step_gradients
 from kappalab.immunization.protocols import make_protocol
@@ -64,9 +64,10 @@ def _mp_projector(X: np.ndarray, ridge: float) -> np.ndarray:
 
 
 def _projector(X) -> np.ndarray:
-    """``(K + 1e-3 I)^{-1} K`` from the factor of K (NumPy or torch)."""
+    """``(K + 1e-3 I)^{-1} K`` from the factor ``X_f = diag(s) Wt`` of K and the ridge weights (NumPy or torch)."""
     s, Wt = covariance_factor(X)
-    return (Wt.T * ridge_weights(s, 1e-3)) @ Wt
+    X_f = s[:, None] * Wt
+    return X_f.T @ (ridge_weights(s, 1e-3)[:, None] * X_f)
 
 
 @pytest.mark.parametrize("N, s", [(12, np.logspace(3, -3, 6)), (4, np.array([30.0, 2.0, 0.05, 1e-3]))])
@@ -98,26 +99,26 @@ def test_covariance_factor_drops_only_the_null_space() -> None:
 def test_factor_route_bad_input() -> None:
     with pytest.raises(ValueError, match="ridge must be positive"):
         ridge_weights(np.ones(3), 0.0)
-    with pytest.raises(ValueError, match="s and Wt must be r and r x D_in"):
-        regularizers_from_factor(np.eye(3), np.ones(2), np.eye(3)[:2].T)
-    with pytest.raises(ValueError, match="left_weights must have s's shape"):
-        regularizers_from_factor(np.eye(3), np.ones(2), np.eye(3)[:2], left_weights=np.ones(3))
+    with pytest.raises(ValueError, match="row_weights must hold one weight per row of X"):
+        regularizers_from_data(np.eye(3), np.eye(3)[:2], row_weights=np.ones(3))
 
 
 @pytest.mark.parametrize("N", [30, 5])
 def test_factor_route_equals_the_covariance_route_and_the_solve(N: int) -> None:
-    """Values and theta-gradients of both regularizers from the factor of K equal those from K itself (full rank and
-    rank 5 < D = 8) to 1e-12; with the ridge weights, the Cholesky-preconditioned gradients (ridge 0.5) to 1e-12."""
+    """Values and theta-gradients of both regularizers from K's factor equal those from K itself (full rank and
+    rank 5 < D = 8: the gram route) to 1e-12; with the ridge weights, the Cholesky-preconditioned gradients (ridge
+    0.5) to 1e-12."""
     rng = np.random.default_rng(N)
     X = rng.standard_normal((N, 8)) * np.linspace(0.5, 2.0, 8)
     theta = rng.standard_normal((8, 8)) / 3
     K = X.T @ X
     s, Wt = covariance_factor(X)
+    X_f = s[:, None] * Wt
     ref = regularizers_from_covariance(theta, K)
-    got = regularizers_from_factor(theta, s, Wt)
+    got = regularizers_from_data(theta, X_f)
     for name in ("r_well", "r_ill", "grad_well", "grad_ill"):
         assert _rel(np.asarray(getattr(got, name)), np.asarray(getattr(ref, name))) < 1e-12, name
-    pre = regularizers_from_factor(theta, s, Wt, left_weights=ridge_weights(s, 0.5))
+    pre = regularizers_from_data(theta, X_f, row_weights=ridge_weights(s, 0.5))
     factor = sl.cho_factor(K + 0.5 * np.eye(8))
     for name in ("grad_well", "grad_ill"):
         assert _rel(getattr(pre, name), sl.cho_solve(factor, getattr(ref, name))) < 1e-12, name
@@ -236,9 +237,9 @@ def test_degenerate_flag_is_s_min_of_H_H_and_its_cluster_does_not_move_the_gradi
     cluster = np.flatnonzero(lam[:k] - lam[k - 1] <= np.sqrt(np.finfo(float).eps) * s1)
     assert len(cluster) >= 2
     s, Wt = covariance_factor(pair01.X_H)
-    A = (Wt.T * ridge_weights(s, 1e-3)) @ Wt
-    r = regularizers_from_factor(theta, s, Wt, left_weights=ridge_weights(s, 1e-3), which=("min",),
-                                 on_degenerate="ignore")
+    X_f, w = s[:, None] * Wt, ridge_weights(s, 1e-3)
+    A = X_f.T @ (w[:, None] * X_f)  # (K + 1e-3 I)^-1 K
+    r = regularizers_from_data(theta, X_f, which=("min",), on_degenerate="ignore", row_weights=w)
     d = float(e.fro2 / (2 * k) - 0.5 * e.s_min ** 2)
     bound = 4 * float(e.s_min) * np.linalg.norm(A @ theta, 2) / d ** 2
     assert bound < 1e-8 * np.linalg.norm(r.grad_ill)  # measured 1.7e-9

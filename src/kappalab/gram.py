@@ -167,24 +167,35 @@ def _twice_formula(formula, e_left: Extremes, which: str, S: Array, kw: dict) ->
 
 def regularizers_from_data(theta: object, X: object, *, rtol: float | None = None, solver: str = "auto",
                            on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None,
-                           check: bool = True, which: tuple[str, ...] = ("max", "min")) -> FromData:
+                           check: bool = True, which: tuple[str, ...] = ("max", "min"),
+                           row_weights: object | None = None) -> FromData:
     """R_well, R_ill and both theta-gradients of ``H = theta^T X^T X theta`` from one spectrum (a training step).
 
     ``which`` limits the work to the gradient of R_well (``"max"``) or R_ill (``"min"``); the other gradient
     is then ``None``. The degeneracy policy applies to s_max for R_well and to s_min for R_ill.
+
+    ``row_weights`` (``w``, one per row of X): the gradients are returned as ``2 X^T diag(w) X theta G`` instead of
+    ``2 X^T X theta G`` (``B = X^T diag(w) F``; one scaling of ``F``'s rows, no product more). With X the factor
+    ``diag(s) Wt`` of K (:func:`kappalab.linear.covariance_factor`) and ``w = 1 / (s^2 + ridge)``
+    (:func:`kappalab.linear.ridge_weights`), ``X^T diag(w) X = (K + ridge I)^{-1} K``: Alg. 1's preconditioned
+    gradients ``(K + ridge I)^{-1} grad_theta R`` without a solve.
     """
     theta, X = _theta_X(theta, X, check)
     F = X @ theta
+    if row_weights is not None and tuple(row_weights.shape) != (X.shape[0],):
+        raise ValueError(f"row_weights must hold one weight per row of X ({X.shape[0]}), got shape "
+                         f"{tuple(row_weights.shape)}")
+    weigh = (lambda A: A) if row_weights is None else (lambda A: row_weights[:, None] * A)
     rtol = resolve_rtol(rtol, F, dim=F.shape[1])  # the rule for the D x D matrix H
     if uses_gram_route(F):
         FFt = _syrk(F, outer=True)
         e = _extremes_from_gram(F, FFt, rtol, solver, check, "F")
         # B = X^T F: B v = X^T (F v) and S = B H = X^T ((F F^T) F), never forming a D x D matrix
-        S = X.T @ (FFt @ F) if which else None
-        return _from_extremes(e, lambda V: X.T @ (F @ V), S, which, on_degenerate, gap_rtol, check)
+        S = X.T @ weigh(FFt @ F) if which else None
+        return _from_extremes(e, lambda V: X.T @ weigh(F @ V), S, which, on_degenerate, gap_rtol, check)
     H = _syrk(F, outer=False)
     e = psd_extremes(H, rtol=rtol, solver=solver, check=check, name="H(theta)")
-    M = X.T @ F if which else None  # = K theta
+    M = X.T @ weigh(F) if which else None  # = K theta
     return _from_extremes(e, M, M @ H if which else None, which, on_degenerate, gap_rtol, check)
 
 
@@ -209,39 +220,6 @@ def regularizers_from_covariance(theta: object, K: object, *, rtol: float | None
     else:
         e = psd_extremes(H, rtol=rtol, solver=solver, check=check, name="H(theta)")
     return _from_extremes(e, M, M @ H if which else None, which, on_degenerate, gap_rtol, check)
-
-
-def regularizers_from_factor(theta: object, s: object, Wt: object, *, left_weights: object | None = None,
-                             rtol: float | None = None, solver: str = "auto", on_degenerate: DegeneratePolicy = "raise",
-                             gap_rtol: float | None = None, check: bool = True,
-                             which: tuple[str, ...] = ("max", "min")) -> FromData:
-    """As :func:`regularizers_from_covariance` with ``K = Wt^T diag(s^2) Wt`` given by its factor (``s``: ``r``
-    values, ``Wt``: ``r x D_in`` orthonormal rows; :func:`kappalab.linear.covariance_factor` of the data), through
-    the features ``F = diag(s) Wt theta`` (``r x D``, ``H = F^T F``): the gram route of
-    :func:`regularizers_from_data` on the factor (spectrum of the ``r x r`` ``F F^T``, rank counted with H's
-    rule) when ``r < D``.
-
-    The gradients are ``2 B G`` with ``B = Wt^T diag(c) Wt theta``: ``c = s^2`` (``B = K theta``, the
-    theta-gradients of Thm 4.2) or ``c = left_weights`` (e.g. :func:`kappalab.linear.ridge_weights`: ``B =
-    (K + ridge I)^{-1} K theta``, Alg. 1's preconditioned gradients). With ``T = Wt theta`` the products are
-    ``T`` (``r D_in D``), ``F F^T`` (``r^2 D``, symmetric) and ``S = B H = Wt^T (((c T) F^T) F)``; no ``D x D``
-    matrix but the two gradients is formed.
-    """
-    theta = matrix(theta, "theta", check=check)
-    Wt = matrix(Wt, "Wt", check=check)
-    same_kind(theta, Wt)
-    if Wt.shape[1] != theta.shape[0] or s.shape != (Wt.shape[0],):
-        raise ValueError(f"s and Wt must be r and r x D_in with D_in = theta.shape[0] = {theta.shape[0]}, got "
-                         f"{tuple(s.shape)} and {tuple(Wt.shape)}")
-    c = s * s if left_weights is None else left_weights
-    if c.shape != s.shape:
-        raise ValueError(f"left_weights must have s's shape {tuple(s.shape)}, got {tuple(c.shape)}")
-    T = Wt @ theta
-    F = s[:, None] * T
-    e = feature_extremes(F, rtol=rtol, solver=solver, check=check, name="diag(s) Wt theta")
-    cT = c[:, None] * T
-    S = Wt.T @ ((cT @ F.T) @ F) if which else None
-    return _from_extremes(e, lambda V: Wt.T @ (cT @ V), S, which, on_degenerate, gap_rtol, check)
 
 
 def grad_theta_r_well_from_data(theta: object, X: object, *, rtol: float | None = None, solver: str = "auto",

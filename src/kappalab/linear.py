@@ -120,19 +120,19 @@ def covariance_factor(X: object, *, check: bool = True) -> tuple[Array, Array]:
 
 
 def ridge_weights(s: Array, ridge: float) -> Array:
-    """``s_i^2 / (s_i^2 + ridge)``: the eigenvalues of ``(K + ridge I)^{-1} K`` on K's eigenvectors (``s``: X's
-    singular values, :func:`covariance_factor`; zero on K's null space).
+    """``1 / (s_i^2 + ridge)``: with ``X_f = diag(s) Wt`` the factor of K (:func:`covariance_factor`),
+    ``X_f^T diag(ridge_weights) X_f = Wt^T diag(s_i^2 / (s_i^2 + ridge)) Wt = (K + ridge I)^{-1} K``.
 
-    Alg. 1 preconditions theta-gradients of the form ``2 K theta G`` (both of Thm 4.2): with K's factor,
-    ``(K + ridge I)^{-1} 2 K theta G = 2 Wt^T diag(ridge_weights) Wt theta G`` costs products, no solve
-    (:func:`kappalab.gram.regularizers_from_factor`). Accuracy: the SVD gives each ``s_i`` to about ``eps s_1``,
-    so each weight to about ``2 eps s_1 / sqrt(ridge)`` at worst (``s_i^2 = ridge``); a Cholesky solve with
-    ``K + ridge I`` (condition number ``s_1^2 / ridge``) is accurate to about ``eps s_1^2 / ridge``, and K itself,
-    formed as ``X^T X``, carries ``eps s_1^2`` of rounding. ``ridge`` must be > 0 (``ridge = 0`` would make the
-    weights a projector onto range(K), whose rank is a tolerance decision)."""
+    Alg. 1 preconditions theta-gradients of the form ``2 K theta G`` (both of Thm 4.2): with these weights,
+    ``(K + ridge I)^{-1} 2 K theta G = 2 X_f^T diag(ridge_weights) X_f theta G`` costs products, no solve
+    (:func:`kappalab.gram.regularizers_from_data`'s ``row_weights``). Accuracy: the SVD gives each ``s_i`` to
+    about ``eps s_1``, so each eigenvalue ``s_i^2 / (s_i^2 + ridge)`` to about ``2 eps s_1 / sqrt(ridge)`` at worst
+    (``s_i^2 = ridge``); a Cholesky solve with ``K + ridge I`` (condition number ``s_1^2 / ridge``) is accurate to
+    about ``eps s_1^2 / ridge``, and K itself, formed as ``X^T X``, carries ``eps s_1^2`` of rounding. ``ridge``
+    must be > 0 (``ridge = 0`` would make the product a projector onto range(K), whose rank is a tolerance
+    decision)."""
     ridge = positive_scalar(ridge, "ridge")
-    s2 = s * s
-    return s2 / (s2 + ridge)
+    return 1.0 / (s * s + ridge)
 
 
 def _cholesky(A: Array, ridge: float, check: bool) -> Array:

@@ -1,20 +1,21 @@
 """Alg. 1's step for Ours and R_ill Only in closed form (paper protocol, ``extra.spectral_route = "closed_form"``).
 
 The regularizer terms of Eq. 11 get their theta-gradients from Thm 4.2 through the core instead of ``eigh`` and
-autograd through it: :func:`kappalab.gram.regularizers_from_factor` with K's factor ``K = Wt^T diag(s^2) Wt``
-(:func:`kappalab.linear.covariance_factor`, one SVD of the task's X per run, cached on the full batch), whose
-features ``F = diag(s) Wt theta`` have r = rank(X) rows (full MNIST: 521-598 of D = 784): the spectrum of H comes
+autograd through it: :func:`kappalab.gram.regularizers_from_data` on K's factor ``X_f = diag(s) Wt`` (``K =
+X_f^T X_f``; :func:`kappalab.linear.covariance_factor`, one SVD of the task's X per run, cached on the full batch),
+whose features ``F = X_f theta`` have r = rank(X) rows (full MNIST: 521-598 of D = 784): the spectrum of H comes
 from the ``r x r`` ``F F^T`` (the gram route, H's rank rule), the formulas from :mod:`kappalab.regularizers`.
-Alg. 1's preconditioner enters as weights: the gradients are ``2 K theta G``, and
-``(K + ridge I)^{-1} 2 K theta G = 2 Wt^T diag(s^2 / (s^2 + ridge)) Wt theta G``
+Alg. 1's preconditioner enters as row weights: the gradients are ``2 K theta G``, and
+``(K + ridge I)^{-1} 2 K theta G = 2 X_f^T diag(1 / (s^2 + ridge)) X_f theta G``
 (:func:`kappalab.linear.ridge_weights`): no solve per step. The D_P loss keeps its autograd gradient (two
 matrix-vector products with ``logits_order = "head_first"``).
 
-Per task and step: products of ``r x D`` by ``D x D`` (two) and ``r x r`` by ``r x D`` (two), and the extreme
-eigenpairs of the ``r x r`` ``F F^T``: on the CPU theta is read as a NumPy array (no copy) and ``solver="auto"``
-takes the ``"tridiag"`` route (one ``sytrd``, all eigenvalues, two eigenvectors); on CUDA the tensors stay on the
-device (``eigh``). The warm :class:`~kappalab.tracker.ExtremeTracker` is not used: the rank rule needs the whole
-spectrum, and ``F F^T`` may hold eigenvalues below H's rank threshold.
+Per task and step: two products of ``r x D`` by ``D x D`` size (``F = X_f theta`` and the gradient
+``X_f^T (...)``), ``F F^T`` (symmetric rank-r update), ``(F F^T) F``, and the extreme eigenpairs of the ``r x r``
+``F F^T``: on the CPU theta is read as a NumPy array (no copy) and ``solver="auto"`` takes the ``"tridiag"`` route
+(one ``sytrd``, all eigenvalues, two eigenvectors); on CUDA the tensors stay on the device (``eigh``). The warm
+:class:`~kappalab.tracker.ExtremeTracker` is not used: the rank rule needs the whole spectrum, and ``F F^T`` may
+hold eigenvalues below H's rank threshold.
 
 Degenerate extremes follow the config's ``on_degenerate`` exactly as the autograd path does (the core's
 :func:`~kappalab.spectral.require_unique`: a :class:`~kappalab.errors.DegenerateSpectrumWarning` counted by the
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from kappalab.gram import regularizers_from_factor
+from kappalab.gram import regularizers_from_data
 from kappalab.linear import covariance_factor, ridge_weights
 
 from .config import MethodConfig
@@ -52,12 +53,13 @@ def _host_or_device(t: torch.Tensor):
 
 
 def factor(proto: Protocol, batch: Batch, which: str):
-    """``(s, Wt, weights)`` of task ``which``: :func:`~kappalab.linear.covariance_factor` of its X and the
-    preconditioner's :func:`~kappalab.linear.ridge_weights`, computed once per run (cached on the full batch)."""
+    """``(X_f, weights)`` of task ``which``: K's factor ``X_f = diag(s) Wt`` (:func:`~kappalab.linear.covariance_factor`
+    of its X) and the preconditioner's :func:`~kappalab.linear.ridge_weights`, computed once per run (cached on
+    the full batch)."""
     key = f"covariance_factor_{which}"
     if key not in batch.cache:
         s, Wt = covariance_factor(_host_or_device(batch.X(which)))
-        batch.cache[key] = (s, Wt, ridge_weights(s, proto.ridge(which)))
+        batch.cache[key] = (s[:, None] * Wt, ridge_weights(s, proto.ridge(which)))
     return batch.cache[key]
 
 
@@ -82,9 +84,9 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
         weight = float(getattr(cfg, weight_field))
         if not weight > 0:
             continue
-        s, Wt, weights = factor(proto, batch, which)
-        r = regularizers_from_factor(theta, s, Wt, left_weights=weights if pre else None, rtol=proto.rank_rtol,
-                                     on_degenerate=proto.on_degenerate, which=(end,))
+        X_f, weights = factor(proto, batch, which)
+        r = regularizers_from_data(theta, X_f, rtol=proto.rank_rtol, on_degenerate=proto.on_degenerate,
+                                   which=(end,), row_weights=weights if pre else None)
         g = weight * torch.as_tensor(getattr(r, grad_field), device=p.theta.device)
         total[id(p.theta)] = total[id(p.theta)] + g if id(p.theta) in total else g
         value = weight * torch.as_tensor(getattr(r, value_field), dtype=p.theta.dtype, device=p.theta.device)

@@ -163,6 +163,21 @@ def test_closed_form_step_equals_autograd_step(method: str, precondition: bool, 
         assert abs(closed_terms[name] / dense_terms[name] - 1.0) < 1e-10, name
 
 
+def test_device_path_equals_the_host_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The branch CUDA takes (torch tensors through the core: QR, SVD, eigh) run on the CPU: the same gradients as
+    the NumPy branch to 1e-12."""
+    from kappalab.immunization import paper_step
+
+    task = _task(40, 9, 10, seed=4)
+    host, host_terms, _ = _step(task, "ours", "closed_form", {"lambda_H": 1.0})
+    monkeypatch.setattr(paper_step, "_host_or_device", lambda t: t.detach())
+    device, device_terms, _ = _step(task, "ours", "closed_form", {"lambda_H": 1.0})
+    for name in host:
+        assert _rel(device[name], host[name]) < 1e-12, name
+    for name in host_terms:
+        assert abs(device_terms[name] / host_terms[name] - 1.0) < 1e-12, name
+
+
 def test_other_methods_keep_the_autograd_step_under_the_route() -> None:
     task = _task(20, 20, 6, seed=3)
     for method in ("imma", "opt_kappa"):

@@ -190,6 +190,13 @@ def test_other_methods_keep_the_autograd_step_under_the_route() -> None:
         assert torch.equal(g[id(p.theta)], h[id(q.theta)])
 
 
+def test_closed_form_needs_a_positive_ridge() -> None:
+    cfg = table2_config("paper", "rill_only", {"extra.spectral_route": "closed_form", "ridge_H": 0.0})
+    proto = make_protocol(_task(8, 8, 4, seed=0), cfg, "cpu")
+    with pytest.raises(ValueError, match="needs ridge_H > 0, got 0.0"):
+        step_gradients(proto, proto.init_params(0, False), proto._full.for_step(), cfg)
+
+
 def test_route_is_refused_by_the_official_protocol() -> None:
     cfg = table2_config("official", "ours", {"extra.spectral_route": "closed_form"})
     with pytest.raises(ValueError, match="spectral_route 'closed_form' is not implemented for the 'official'"):

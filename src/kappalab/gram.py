@@ -195,7 +195,7 @@ def regularizers_from_data(theta: object, X: object, *, rtol: float | None = Non
         return _from_extremes(e, lambda V: X.T @ weigh(F @ V), S, which, on_degenerate, gap_rtol, check)
     H = _syrk(F, outer=False)
     e = psd_extremes(H, rtol=rtol, solver=solver, check=check, name="H(theta)")
-    M = X.T @ weigh(F) if which else None  # = K theta
+    M = X.T @ weigh(F) if which else None  # = K theta (X^T diag(w) X theta with row weights)
     return _from_extremes(e, M, M @ H if which else None, which, on_degenerate, gap_rtol, check)
 
 

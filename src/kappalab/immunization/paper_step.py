@@ -52,15 +52,23 @@ def _host_or_device(t: torch.Tensor):
     return t.numpy() if t.device.type == "cpu" else t
 
 
-def factor(proto: Protocol, batch: Batch, which: str):
-    """``(X_f, weights)`` of task ``which``: K's factor ``X_f = diag(s) Wt`` (:func:`~kappalab.linear.covariance_factor`
-    of its X) and the preconditioner's :func:`~kappalab.linear.ridge_weights`, computed once per run (cached on
-    the full batch)."""
+def factor(batch: Batch, which: str):
+    """``(s, X_f)`` of task ``which``: X's kept singular values and K's factor ``X_f = diag(s) Wt``
+    (:func:`~kappalab.linear.covariance_factor`), computed once per run (cached on the full batch)."""
     key = f"covariance_factor_{which}"
     if key not in batch.cache:
         s, Wt = covariance_factor(_host_or_device(batch.X(which)))
-        batch.cache[key] = (s[:, None] * Wt, ridge_weights(s, proto.ridge(which)))
+        batch.cache[key] = (s, s[:, None] * Wt)
     return batch.cache[key]
+
+
+def _weights(proto: Protocol, s, which: str):
+    """The preconditioner's :func:`~kappalab.linear.ridge_weights` with the config's ``ridge_<which>``."""
+    ridge = proto.ridge(which)
+    if not ridge > 0:
+        raise ValueError(f"spectral_route 'closed_form' preconditions with (K + ridge_{which} I)^-1 K and needs "
+                         f"ridge_{which} > 0, got {ridge!r}")
+    return ridge_weights(s, ridge)
 
 
 def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig
@@ -84,9 +92,9 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
         weight = float(getattr(cfg, weight_field))
         if not weight > 0:
             continue
-        X_f, weights = factor(proto, batch, which)
+        s, X_f = factor(batch, which)
         r = regularizers_from_data(theta, X_f, rtol=proto.rank_rtol, on_degenerate=proto.on_degenerate,
-                                   which=(end,), row_weights=weights if pre else None)
+                                   which=(end,), row_weights=_weights(proto, s, which) if pre else None)
         g = weight * torch.as_tensor(getattr(r, grad_field), device=p.theta.device)
         total[id(p.theta)] = total[id(p.theta)] + g if id(p.theta) in total else g
         value = weight * torch.as_tensor(getattr(r, value_field), dtype=p.theta.dtype, device=p.theta.device)

@@ -122,15 +122,21 @@ TERMS: dict[str, Callable[[Protocol, Params, Batch, MethodConfig], list[Term]]] 
 }
 
 
-def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig) -> tuple[dict[int, torch.Tensor],
-                                                                                        list[Term]]:
+def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig, *, closed_form: bool = True
+                   ) -> tuple[dict[int, torch.Tensor], list[Term]]:
     """Sum of every term's gradient per tensor (keyed by ``id``), theta's preconditioned where the term says.
+
+    ``closed_form``: where :func:`kappalab.immunization.official_step.applies`, the step is computed in closed form
+    (no autograd; the same gradients to rounding); False forces the autograd step below (the tests' reference).
 
     ``batch`` must be a fresh step view (:meth:`Batch.for_step`). Route "features": a term that updates the
     extractor is differentiated with respect to the step's feature leaves instead of theta and the bias, and
     :func:`_extractor_grads` maps the result back (see :mod:`kappalab.immunization.protocols`). With stacked runs
     (:mod:`kappalab.immunization.batched`) a term's value holds one scalar per run; the gradient of their sum is
     each run's own gradient (the runs share no parameter)."""
+    from . import official_step  # imports Term from this module
+    if closed_form and official_step.applies(proto, batch, cfg):
+        return official_step.closed_form_gradients(proto, p, batch, cfg)
     terms = TERMS[cfg.method](proto, p, batch, cfg)
     total: dict[int, torch.Tensor] = {}
     feature_grads: dict[str, list[torch.Tensor]] = {"theta_P": [], "theta_H": [], "bias": []}

@@ -1,0 +1,137 @@
+"""The official protocol's training step in closed form (route "features", Table 2's configs): no autograd.
+
+For Ours and R_ill Only (Eq. 11's terms: task loss, lambda_P r1(S_P), lambda_H r2(S_H)) and Opt kappa (task loss,
+kappa_weight_P kappa(S_P) - kappa_weight_H kappa(S_H)) on minibatches of ``N < D`` rows, the gradient of every term
+with respect to a task's features ``Phi = X theta + 1 b^T`` is ``A Phi`` with an ``N x N`` coefficient ``A``
+(:mod:`kappalab.immunization.spectra`: ``official_r1_coefficient``, ``official_r2_coefficient``,
+``shifted_kappa_coefficient``, next to the values they differentiate), plus the task loss's rank-one ``g w^T``
+(:meth:`~kappalab.immunization.protocols.Protocol.loss_of_logits_grad`). One step, per run or for a stack of runs
+(leading run dimension, :mod:`kappalab.immunization.batched`):
+
+1. the features of the tasks the method uses: one ``2N x D x D`` product ``[X_P; X_H] theta`` (plus the bias);
+2. per task: ``G = Phi Phi^T``, one ``eigh`` of the ``N x N`` G (values and the top eigenvector), the terms' values
+   through the core's formulas (``r_well_from_extremes``, ``official_r2_of_extremes``, ``kappa_of_extremes``) and
+   the sum of their coefficients, split into the preconditioned part (Alg. 1's dummy layer: R_well on P, R_ill on
+   H) and the rest;
+3. ``M = g w^T + A_plain Phi + precondition(A_pre Phi)`` per task (Woodbury in feature space,
+   :meth:`~kappalab.immunization.protocols.Protocol.precondition_features`), the bias's gradient from the
+   unpreconditioned column sums, the head's ``Phi_P^T g``;
+4. theta's gradient ``[X_P; X_H]^T [M_P; M_H]``: one ``D x 2N x D`` product.
+
+It computes what :func:`kappalab.immunization.methods.step_gradients` computes by autograd on the same route, to
+rounding (tests/test_official_step.py: per step to 1e-10 relative, whole runs against the committed Table 2
+store). IMMA (its inner step is differentiated twice) and ``opt_kappa_log`` keep the autograd step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kappalab.regularizers import r_well_from_extremes
+
+from .config import MethodConfig
+from .protocols import Batch, OfficialProtocol, Params, Protocol, addmm
+from .spectra import (FeatureGram, extremes_of_gram_spectrum, kappa_of_extremes, official_r1_coefficient,
+                      official_r2_coefficient, official_r2_of_extremes, shifted_kappa_coefficient, top_projector)
+
+#: the methods with a closed-form official step
+CLOSED_FORM_METHODS: tuple[str, ...] = ("ours", "rill_only", "opt_kappa")
+
+
+def applies(proto: Protocol, batch: Batch, cfg: MethodConfig) -> bool:
+    """True when :func:`closed_form_gradients` implements this step: the official protocol on route "features"
+    with both batches of fewer rows than features, and a method of :data:`CLOSED_FORM_METHODS`."""
+    return isinstance(proto, OfficialProtocol) and cfg.method in CLOSED_FORM_METHODS and proto.feature_space(batch)
+
+
+@torch.no_grad()
+def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig
+                          ) -> tuple[dict[int, torch.Tensor], list]:
+    """:func:`~kappalab.immunization.methods.step_gradients` of one step where :func:`applies` (module docstring):
+    the gradient per tensor (keyed by ``id``) and the step's terms (values detached)."""
+    from .methods import Term  # methods imports this module inside step_gradients
+
+    pre = bool(cfg.get("precondition", True))
+    supervised = bool(cfg.get("supervised_loss", True))
+    extractor = p.extractor()
+    opt_kappa = cfg.method == "opt_kappa"
+    uses = {"P": supervised or opt_kappa or cfg.lambda_P > 0, "H": opt_kappa or cfg.lambda_H > 0}
+    tasks = [w for w in ("P", "H") if uses[w]]
+    if not tasks:
+        return {}, []
+    Phi = _features(proto, p, batch, tasks)
+    terms: list = []
+    plain: dict[str, torch.Tensor] = {}  # unpreconditioned coefficient per task
+    precond: dict[str, torch.Tensor] = {}  # preconditioned coefficient per task
+    loss_grad = None
+    if supervised:
+        pred = proto.logits(Phi["P"], p.w_P)
+        terms.append(Term("loss_P", proto.loss_of_logits(pred, batch.y_P), extractor + [p.w_P]))
+        loss_grad = proto.loss_of_logits_grad(pred, batch.y_P)
+    spectra = {w: _spectrum(proto, Phi[w]) for w in tasks if w == "H" or opt_kappa or cfg.lambda_P > 0}
+    if opt_kappa:
+        (eP, GP, uP), (eH, GH, uH) = spectra["P"], spectra["H"]
+        wP, wH = float(cfg.get("kappa_weight_P", 1.0)), float(cfg.get("kappa_weight_H", 1.0))
+        value = wP * kappa_of_extremes(eP) - wH * kappa_of_extremes(eH)
+        terms.append(Term("kappa_P-kappa_H", value, extractor))
+        plain["P"] = wP * shifted_kappa_coefficient(eP, uP)
+        plain["H"] = -wH * shifted_kappa_coefficient(eH, uH)
+    else:
+        if cfg.lambda_P > 0:
+            e, G, uuT = spectra["P"]
+            terms.append(Term("R_well", cfg.lambda_P * r_well_from_extremes(e), extractor, "P" if pre else None))
+            (precond if pre else plain)["P"] = cfg.lambda_P * official_r1_coefficient(e, G, uuT)
+        if cfg.lambda_H > 0:
+            e, G, _ = spectra["H"]
+            terms.append(Term("R_ill", cfg.lambda_H * official_r2_of_extremes(e), extractor, "H" if pre else None))
+            (precond if pre else plain)["H"] = cfg.lambda_H * official_r2_coefficient(e, G)
+    Ms, bias_grad = [], None
+    for w in tasks:
+        M = None
+        if w in plain:
+            M = plain[w] @ Phi[w]
+        if w == "P" and loss_grad is not None:
+            outer = loss_grad.unsqueeze(-1) * p.w_P.unsqueeze(-2)
+            M = outer if M is None else M + outer
+        T = precond[w] @ Phi[w] if w in precond else None
+        for part in (M, T) if p.bias is not None else ():  # the bias: unpreconditioned column sums
+            if part is not None:
+                bias_grad = part.sum(dim=-2) if bias_grad is None else bias_grad + part.sum(dim=-2)
+        if T is not None:
+            T = proto.precondition_features(T, batch, w)
+            M = T if M is None else M + T
+        Ms.append(M)
+    X = _stacked_inputs(batch, tasks)
+    grads = {id(p.theta): X.mT @ (Ms[0] if len(Ms) == 1 else torch.cat(Ms, dim=-2))}
+    if p.bias is not None:
+        grads[id(p.bias)] = bias_grad
+    if loss_grad is not None:
+        grads[id(p.w_P)] = (Phi["P"].mT @ loss_grad.unsqueeze(-1)).squeeze(-1)
+    return grads, terms
+
+
+def _stacked_inputs(batch: Batch, tasks: list[str]) -> torch.Tensor:
+    """``X_P``, ``X_H`` or ``[X_P; X_H]`` (cached per batch, the key the autograd route uses)."""
+    if len(tasks) == 1:
+        return batch.X(tasks[0])
+    if "X_PH" not in batch.cache:
+        batch.cache["X_PH"] = torch.cat([batch.X_P, batch.X_H], dim=-2)
+    return batch.cache["X_PH"]
+
+
+def _features(proto: Protocol, p: Params, batch: Batch, tasks: list[str]) -> dict[str, torch.Tensor]:
+    """Each used task's features ``X theta + 1 b^T`` from one product over the stacked rows."""
+    X = _stacked_inputs(batch, tasks)
+    Phi = X @ p.theta if p.bias is None else addmm(p.bias.unsqueeze(-2), X, p.theta)
+    if len(tasks) == 1:
+        return {tasks[0]: Phi}
+    n = batch.X_P.shape[-2]
+    return {"P": Phi[..., :n, :], "H": Phi[..., n:, :]}
+
+
+def _spectrum(proto: Protocol, Phi: torch.Tensor):
+    """The gram route's shifted extremes of ``S = Phi^T Phi`` (k = D), ``G = Phi Phi^T`` and ``u u^T`` of its top
+    eigenvector, from one ``eigh`` of G."""
+    F = FeatureGram(Phi)
+    lam, V = torch.linalg.eigh(F.G)
+    return extremes_of_gram_spectrum(lam, F, proto.shift, rank=F.dim), F.G, top_projector(V)

@@ -68,7 +68,9 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
         pred = proto.logits(Phi["P"], p.w_P)
         terms.append(Term("loss_P", proto.loss_of_logits(pred, batch.y_P), extractor + [p.w_P]))
         loss_grad = proto.loss_of_logits_grad(pred, batch.y_P)
-    spectra = {w: _spectrum(proto, Phi[w]) for w in tasks if w == "H" or opt_kappa or cfg.lambda_P > 0}
+    # eigenvectors where a value needs lambda_max (r1 on P, both kappas); r2 needs ||G||_F^2 only
+    spectra = {w: _spectrum(proto, Phi[w], top=opt_kappa or w == "P") for w in tasks
+               if w == "H" or opt_kappa or cfg.lambda_P > 0}
     if opt_kappa:
         (eP, GP, uP), (eH, GH, uH) = spectra["P"], spectra["H"]
         wP, wH = float(cfg.get("kappa_weight_P", 1.0)), float(cfg.get("kappa_weight_H", 1.0))
@@ -129,9 +131,11 @@ def _features(proto: Protocol, p: Params, batch: Batch, tasks: list[str]) -> dic
     return {"P": Phi[..., :n, :], "H": Phi[..., n:, :]}
 
 
-def _spectrum(proto: Protocol, Phi: torch.Tensor):
+def _spectrum(proto: Protocol, Phi: torch.Tensor, top: bool):
     """The gram route's shifted extremes of ``S = Phi^T Phi`` (k = D), ``G = Phi Phi^T`` and ``u u^T`` of its top
-    eigenvector, from one ``eigh`` of G."""
-    F = FeatureGram(Phi)
+    eigenvector, from one ``eigh`` of G (``top=False``: no eigenproblem, only the r2 fields; ``u u^T`` None)."""
+    F = FeatureGram(Phi, copy_right_factor=False)
+    if not top:
+        return extremes_of_gram_spectrum(None, F, proto.shift, rank=F.dim), F.G, None
     lam, V = torch.linalg.eigh(F.G)
     return extremes_of_gram_spectrum(lam, F, proto.shift, rank=F.dim), F.G, top_projector(V)

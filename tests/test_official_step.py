@@ -55,8 +55,9 @@ def _compare_steps(proto, p, batches, cfg, steps: int = 3) -> float:
     worst = 0.0
     for batch in batches[:steps]:
         assert applies(proto, batch, cfg)
-        fast, fast_terms = step_gradients(proto, p, batch.for_step(), cfg)
         ref, ref_terms = step_gradients(proto, p, batch.for_step(), cfg, closed_form=False)
+        fast, fast_terms = step_gradients(proto, p, batch.for_step(), cfg, theta_out=p.theta.grad)  # as train()
+        assert p.theta.grad is None or fast[id(p.theta)] is p.theta.grad  # written into the last step's gradient
         assert set(fast) == set(ref)
         assert [t.name for t in fast_terms] == [t.name for t in ref_terms]
         assert not any(t.value.requires_grad for t in fast_terms)

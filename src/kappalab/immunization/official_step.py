@@ -45,11 +45,12 @@ def applies(proto: Protocol, batch: Batch, cfg: MethodConfig) -> bool:
 
 
 @torch.no_grad()
-def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig
-                          ) -> tuple[dict[int, torch.Tensor], list]:
+def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig,
+                          theta_out: torch.Tensor | None = None) -> tuple[dict[int, torch.Tensor], list]:
     """:func:`~kappalab.immunization.methods.step_gradients` of one step where :func:`applies` (module docstring):
-    the gradient per tensor (keyed by ``id``) and the step's terms (values detached)."""
-    from .methods import Term  # methods imports this module inside step_gradients
+    the gradient per tensor (keyed by ``id``; theta's written into ``theta_out`` when given) and the step's terms
+    (values detached)."""
+    from .methods import Term, stacked_inputs, theta_gradient  # methods imports this module inside step_gradients
 
     pre = bool(cfg.get("precondition", True))
     supervised = bool(cfg.get("supervised_loss", True))
@@ -59,7 +60,7 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
     tasks = [w for w in ("P", "H") if uses[w]]
     if not tasks:
         return {}, []
-    Phi = _features(proto, p, batch, tasks)
+    Phi = _features(p, stacked_inputs(batch, tasks), tasks, batch.X_P.shape[-2])
     terms: list = []
     plain: dict[str, torch.Tensor] = {}  # unpreconditioned coefficient per task
     precond: dict[str, torch.Tensor] = {}  # preconditioned coefficient per task
@@ -103,8 +104,7 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
             T = proto.precondition_features(T, batch, w)
             M = T if M is None else M + T
         Ms.append(M)
-    X = _stacked_inputs(batch, tasks)
-    grads = {id(p.theta): X.mT @ (Ms[0] if len(Ms) == 1 else torch.cat(Ms, dim=-2))}
+    grads = {id(p.theta): theta_gradient(batch, tasks, Ms, theta_out)}
     if p.bias is not None:
         grads[id(p.bias)] = bias_grad
     if loss_grad is not None:
@@ -112,23 +112,13 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
     return grads, terms
 
 
-def _stacked_inputs(batch: Batch, tasks: list[str]) -> torch.Tensor:
-    """``X_P``, ``X_H`` or ``[X_P; X_H]`` (cached per batch, the key the autograd route uses)."""
-    if len(tasks) == 1:
-        return batch.X(tasks[0])
-    if "X_PH" not in batch.cache:
-        batch.cache["X_PH"] = torch.cat([batch.X_P, batch.X_H], dim=-2)
-    return batch.cache["X_PH"]
-
-
-def _features(proto: Protocol, p: Params, batch: Batch, tasks: list[str]) -> dict[str, torch.Tensor]:
-    """Each used task's features ``X theta + 1 b^T`` from one product over the stacked rows."""
-    X = _stacked_inputs(batch, tasks)
+def _features(p: Params, X: torch.Tensor, tasks: list[str], n_P: int) -> dict[str, torch.Tensor]:
+    """Each used task's features ``X theta + 1 b^T`` from one product over the stacked rows ``X``
+    (``n_P``: the P batch's rows)."""
     Phi = X @ p.theta if p.bias is None else addmm(p.bias.unsqueeze(-2), X, p.theta)
     if len(tasks) == 1:
         return {tasks[0]: Phi}
-    n = batch.X_P.shape[-2]
-    return {"P": Phi[..., :n, :], "H": Phi[..., n:, :]}
+    return {"P": Phi[..., :n_P, :], "H": Phi[..., n_P:, :]}
 
 
 def _spectrum(proto: Protocol, Phi: torch.Tensor, top: bool):

@@ -100,7 +100,7 @@ def test_official_step(benchmark, method: str, step_kind: str, runs: int, device
     opt = torch.optim.Adam(p.all(), lr=cfg.eta, fused=True)
 
     def step() -> None:
-        grads, _ = step_gradients(proto, p, batch.for_step(), cfg, closed_form=closed_form)
+        grads, _ = step_gradients(proto, p, batch.for_step(), cfg, closed_form=closed_form, theta_out=p.theta.grad)
         for param in p.all():
             param.grad = grads.get(id(param))
         opt.step()

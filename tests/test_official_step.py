@@ -2,7 +2,7 @@
 
 1. The autograd step of the same route (``step_gradients(..., closed_form=False)``): every gradient and every term's
    value to 1e-10 relative, on several consecutive training steps (the parameters move), for one run and a stack
-   of runs, Ours, R_ill Only and Opt kappa; also without the preconditioner and with an MSE loss. Data: the embedded
+   of runs, Ours, R_ill Only, Opt kappa and IMMA; also without the preconditioner and with an MSE loss. Data: the embedded
    MNIST subset, Table 2's official configs (64-row batches, D = 784). Measured agreement ~1e-15.
 2. The coefficients ``A`` (``d value / d Phi = A Phi``) of r1, r2 and the shifted kappa against a central finite
    difference of the values computed in 50-digit mpmath from the definitions (eigenvalues of ``Phi Phi^T``), on a
@@ -73,7 +73,7 @@ def _compare_steps(proto, p, batches, cfg, steps: int = 3) -> float:
 
 def _single(cfg, task: LinearTask, seed: int):
     proto = make_protocol(task, cfg, "cpu")
-    p = proto.init_params(seed, with_w_H=False)
+    p = proto.init_params(seed, with_w_H=cfg.method == "imma")
     return proto, p, list(proto.batches(torch.Generator().manual_seed(seed + 1)))
 
 
@@ -88,16 +88,17 @@ def test_a_stack_equals_the_autograd_step(method: str) -> None:
     cfg = load_config(f"table2_official_{method}")
     tasks, seeds = [_task(0, 1, 0), _task(4, 9, 2), _task(7, 3, 1)], [0, 2, 1]
     proto = stacked_protocol(tasks, cfg, "cpu")
-    p = stacked_params(proto, seeds, with_w_H=False)
+    p = stacked_params(proto, seeds, with_w_H=method == "imma")
     batches = stacked_batches(proto, [torch.Generator().manual_seed(s + 1) for s in seeds])
     assert _compare_steps(proto, p, batches, cfg) <= RTOL
 
 
-@pytest.mark.parametrize("change", ["no_precondition", "mse"])
+@pytest.mark.parametrize("change", ["no_precondition", "mse", "imma_mse"])
 def test_variants_equal_the_autograd_step(change: str) -> None:
-    """Ours without Alg. 1's preconditioner (R_well and R_ill then add to the plain coefficients), and with the MSE
-    loss (House Prices' loss on MNIST features, labels as targets)."""
-    cfg = load_config("table2_official_ours")
+    """Ours without Alg. 1's preconditioner (R_well and R_ill then add to the plain coefficients), and Ours and IMMA
+    with the MSE loss (House Prices' loss on MNIST features, labels as targets; IMMA's inner step then has a constant
+    curvature)."""
+    cfg = load_config("table2_official_imma" if change == "imma_mse" else "table2_official_ours")
     task = _task(2, 5, 0)
     if change == "no_precondition":
         cfg = cfg.replace(extra={**cfg.extra, "precondition": False})
@@ -109,10 +110,11 @@ def test_variants_equal_the_autograd_step(change: str) -> None:
 
 def test_where_the_closed_form_applies() -> None:
     task = _task(0, 1, 0)
-    for method in ("imma",):
-        cfg = load_config(f"table2_official_{method}")
-        proto, _, batches = _single(cfg, task, 0)
-        assert not applies(proto, batches[0], cfg)
+    cfg = load_config("table2_official_imma")
+    proto, _, batches = _single(cfg, task, 0)
+    assert applies(proto, batches[0], cfg)
+    for change in ({"inner_steps": 2}, {"inner_lr": 0.0}):  # the autograd step runs (or refuses) these
+        assert not applies(proto, batches[0], cfg.replace(extra={**cfg.extra, **change}))
     for route in ("gram", "dense"):
         cfg = load_config("table2_official_ours")
         cfg = cfg.replace(extra={**cfg.extra, "spectral_route": route})

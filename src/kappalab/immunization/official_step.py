@@ -20,7 +20,8 @@ with respect to a task's features ``Phi = X theta + 1 b^T`` is ``A Phi`` with an
 
 It computes what :func:`kappalab.immunization.methods.step_gradients` computes by autograd on the same route, to
 rounding (tests/test_official_step.py: per step to 1e-10 relative, whole runs against the committed Table 2
-store). IMMA (its inner step is differentiated twice) and ``opt_kappa_log`` keep the autograd step.
+store). IMMA with one inner step (Table 2's config) has its own closed form (:func:`_imma_gradients`); IMMA with
+more inner steps and ``opt_kappa_log`` keep the autograd step.
 """
 
 from __future__ import annotations
@@ -34,13 +35,16 @@ from .protocols import Batch, OfficialProtocol, Params, Protocol, addmm
 from .spectra import (FeatureGram, extremes_of_gram_spectrum, kappa_of_extremes, official_r1_coefficient,
                       official_r2_coefficient, official_r2_of_extremes, shifted_kappa_coefficient, top_projector)
 
-#: the methods with a closed-form official step
-CLOSED_FORM_METHODS: tuple[str, ...] = ("ours", "rill_only", "opt_kappa")
+#: the methods with a closed-form official step (IMMA: with one inner step)
+CLOSED_FORM_METHODS: tuple[str, ...] = ("ours", "rill_only", "opt_kappa", "imma")
 
 
 def applies(proto: Protocol, batch: Batch, cfg: MethodConfig) -> bool:
     """True when :func:`closed_form_gradients` implements this step: the official protocol on route "features"
-    with both batches of fewer rows than features, and a method of :data:`CLOSED_FORM_METHODS`."""
+    with both batches of fewer rows than features, a method of :data:`CLOSED_FORM_METHODS`, and for IMMA
+    ``inner_steps = 1`` with ``inner_lr > 0`` (other values take the autograd step, which refuses invalid ones)."""
+    if cfg.method == "imma" and not (cfg.get("inner_steps") == 1 and float(cfg.get("inner_lr")) > 0):
+        return False
     return isinstance(proto, OfficialProtocol) and cfg.method in CLOSED_FORM_METHODS and proto.feature_space(batch)
 
 
@@ -52,6 +56,8 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
     (values detached)."""
     from .methods import Term, stacked_inputs, theta_gradient  # methods imports this module inside step_gradients
 
+    if cfg.method == "imma":
+        return _imma_gradients(proto, p, batch, cfg, theta_out)
     pre = bool(cfg.get("precondition", True))
     supervised = bool(cfg.get("supervised_loss", True))
     extractor = p.extractor()
@@ -109,6 +115,46 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
         grads[id(p.bias)] = bias_grad
     if loss_grad is not None:
         grads[id(p.w_P)] = (Phi["P"].mT @ loss_grad.unsqueeze(-1)).squeeze(-1)
+    return grads, terms
+
+
+def _imma_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig, theta_out: torch.Tensor | None
+                    ) -> tuple[dict[int, torch.Tensor], list]:
+    """IMMA with one inner step in feature space (:meth:`Protocol.adapted_features`), differentiated by hand.
+
+    With ``z = Phi_H w_H``, ``g = l'(z)``, ``h = l''(z)`` (:meth:`Protocol.loss_of_logits_grad`, ``_curvature``), the
+    inner step moves the features by rank-one terms, ``Phi_w* = Phi_w - lr (C_wH g) w_H^T`` (``C_wH``: the inner
+    kernels). With ``g_w* = l'(Phi_w* w_w)``, the outer loss ``L_P* - L_H*`` has ``dPhi_P = g_P* w_P^T`` and
+    ``dPhi_H = -g_H* w_H^T - lr (r o h) w_H^T`` with ``r = (w_P . w_H) C_PH^T g_P* - |w_H|^2 C_HH^T g_H*``; the
+    heads: ``dw_P = Phi_P*^T g_P*`` and ``dw_H = Phi_H*^T g_H* - lr (|w_H|^2 Phi_H^T ((C_HH^T g_H*) o h) +
+    (g_H*^T C_HH g) w_H)`` (L_H* depends on w_H through the inner step too)."""
+    from .methods import Term, stacked_inputs, theta_gradient
+
+    lr = float(cfg.get("inner_lr"))
+    Phi = _features(p, stacked_inputs(batch, ["P", "H"]), ["P", "H"], batch.X_P.shape[-2])
+    C_PH, C_HH = proto._inner_kernel(batch, "P"), proto._inner_kernel(batch, "H")
+    w_P, w_H = p.w_P, p.w_H
+    # matrix times vector: one run's mv; a stack's product and sum (the same bits for any number of stacked runs)
+    mv = lambda A, v: A @ v if A.ndim == 2 else (A * v.unsqueeze(-2)).sum(dim=-1)
+    outer = lambda v, w: v.unsqueeze(-1) * w.unsqueeze(-2)  # v w^T
+    z = proto.logits(Phi["H"], w_H)
+    g, h = proto.loss_of_logits_grad(z, batch.y_H), proto.loss_of_logits_curvature(z)
+    adapted = {"P": Phi["P"] - lr * outer(mv(C_PH, g), w_H), "H": Phi["H"] - lr * outer(mv(C_HH, g), w_H)}
+    z_P, z_H = proto.logits(adapted["P"], w_P), proto.logits(adapted["H"], w_H)
+    loss_P, loss_H = proto.loss_of_logits(z_P, batch.y_P), proto.loss_of_logits(z_H, batch.y_H)
+    g_P, g_H = proto.loss_of_logits_grad(z_P, batch.y_P), proto.loss_of_logits_grad(z_H, batch.y_H)
+    wH2 = (w_H * w_H).sum(dim=-1, keepdim=True)
+    CHg_H = mv(C_HH.mT, g_H)
+    r = (w_P * w_H).sum(dim=-1, keepdim=True) * mv(C_PH.mT, g_P) - wH2 * CHg_H
+    Ms = [outer(g_P, w_P), -outer(g_H, w_H) - lr * outer(r * h, w_H)]
+    grads = {id(p.theta): theta_gradient(batch, ["P", "H"], Ms, theta_out),
+             id(w_P): mv(adapted["P"].mT, g_P),
+             id(w_H): mv(adapted["H"].mT, g_H) - lr * (wH2 * mv(Phi["H"].mT, CHg_H * h)
+                                                       + (g_H * mv(C_HH, g)).sum(dim=-1, keepdim=True) * w_H)}
+    if p.bias is not None:
+        grads[id(p.bias)] = Ms[0].sum(dim=-2) + Ms[1].sum(dim=-2)
+    terms = [Term("outer", loss_P - loss_H, p.extractor()), Term("loss_P", loss_P, [w_P]),
+             Term("loss_H", loss_H, [w_H])]
     return grads, terms
 
 

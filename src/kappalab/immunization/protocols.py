@@ -295,6 +295,15 @@ class Protocol:
             return (2.0 / n) * (pred - y)
         return (torch.sigmoid(pred) - y) / n
 
+    def loss_of_logits_curvature(self, pred: torch.Tensor) -> torch.Tensor:
+        """The diagonal of ``d^2 loss_of_logits / d pred^2`` (the derivative of :meth:`loss_of_logits_grad`):
+        ``2 / N`` (MSE), ``sigmoid(pred) (1 - sigmoid(pred)) / N`` (BCE)."""
+        n = pred.shape[-1]
+        if self.task.loss == "mse":
+            return torch.full_like(pred, 2.0 / n)
+        sig = torch.sigmoid(pred)
+        return sig * (1.0 - sig) / n
+
     def gram(self, p: Params, batch: Batch, which: str) -> torch.Tensor:
         """The linear-probing Hessian of task ``which`` ("P" or "H") of the batch at the current parameters."""
         raise NotImplementedError

@@ -100,8 +100,7 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
         if w in plain:
             M = plain[w] @ Phi[w]
         if w == "P" and loss_grad is not None:
-            outer = loss_grad.unsqueeze(-1) * p.w_P.unsqueeze(-2)
-            M = outer if M is None else M + outer
+            M = _outer(loss_grad, p.w_P) if M is None else M + _outer(loss_grad, p.w_P)
         T = precond[w] @ Phi[w] if w in precond else None
         for part in (M, T) if p.bias is not None else ():  # the bias: unpreconditioned column sums
             if part is not None:
@@ -114,7 +113,7 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
     if p.bias is not None:
         grads[id(p.bias)] = bias_grad
     if loss_grad is not None:
-        grads[id(p.w_P)] = (Phi["P"].mT @ loss_grad.unsqueeze(-1)).squeeze(-1)
+        grads[id(p.w_P)] = _mv(Phi["P"].mT, loss_grad)
     return grads, terms
 
 
@@ -134,28 +133,36 @@ def _imma_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig,
     Phi = _features(p, stacked_inputs(batch, ["P", "H"]), ["P", "H"], batch.X_P.shape[-2])
     C_PH, C_HH = proto._inner_kernel(batch, "P"), proto._inner_kernel(batch, "H")
     w_P, w_H = p.w_P, p.w_H
-    # matrix times vector: one run's mv; a stack's product and sum (the same bits for any number of stacked runs)
-    mv = lambda A, v: A @ v if A.ndim == 2 else (A * v.unsqueeze(-2)).sum(dim=-1)
-    outer = lambda v, w: v.unsqueeze(-1) * w.unsqueeze(-2)  # v w^T
     z = proto.logits(Phi["H"], w_H)
     g, h = proto.loss_of_logits_grad(z, batch.y_H), proto.loss_of_logits_curvature(z)
-    adapted = {"P": Phi["P"] - lr * outer(mv(C_PH, g), w_H), "H": Phi["H"] - lr * outer(mv(C_HH, g), w_H)}
+    adapted = {"P": Phi["P"] - lr * _outer(_mv(C_PH, g), w_H), "H": Phi["H"] - lr * _outer(_mv(C_HH, g), w_H)}
     z_P, z_H = proto.logits(adapted["P"], w_P), proto.logits(adapted["H"], w_H)
     loss_P, loss_H = proto.loss_of_logits(z_P, batch.y_P), proto.loss_of_logits(z_H, batch.y_H)
     g_P, g_H = proto.loss_of_logits_grad(z_P, batch.y_P), proto.loss_of_logits_grad(z_H, batch.y_H)
     wH2 = (w_H * w_H).sum(dim=-1, keepdim=True)
-    CHg_H = mv(C_HH.mT, g_H)
-    r = (w_P * w_H).sum(dim=-1, keepdim=True) * mv(C_PH.mT, g_P) - wH2 * CHg_H
-    Ms = [outer(g_P, w_P), -outer(g_H, w_H) - lr * outer(r * h, w_H)]
+    CHg_H = _mv(C_HH.mT, g_H)
+    r = (w_P * w_H).sum(dim=-1, keepdim=True) * _mv(C_PH.mT, g_P) - wH2 * CHg_H
+    Ms = [_outer(g_P, w_P), -_outer(g_H, w_H) - lr * _outer(r * h, w_H)]
     grads = {id(p.theta): theta_gradient(batch, ["P", "H"], Ms, theta_out),
-             id(w_P): mv(adapted["P"].mT, g_P),
-             id(w_H): mv(adapted["H"].mT, g_H) - lr * (wH2 * mv(Phi["H"].mT, CHg_H * h)
-                                                       + (g_H * mv(C_HH, g)).sum(dim=-1, keepdim=True) * w_H)}
+             id(w_P): _mv(adapted["P"].mT, g_P),
+             id(w_H): _mv(adapted["H"].mT, g_H) - lr * (wH2 * _mv(Phi["H"].mT, CHg_H * h)
+                                                        + (g_H * _mv(C_HH, g)).sum(dim=-1, keepdim=True) * w_H)}
     if p.bias is not None:
         grads[id(p.bias)] = Ms[0].sum(dim=-2) + Ms[1].sum(dim=-2)
     terms = [Term("outer", loss_P - loss_H, p.extractor()), Term("loss_P", loss_P, [w_P]),
              Term("loss_H", loss_H, [w_H])]
     return grads, terms
+
+
+def _mv(A: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``A v``: one run's matrix-vector product; a stack's product and sum (the same bits for any number of stacked
+    runs, which a batched ``A @ v[..., None]`` does not give)."""
+    return A @ v if A.ndim == 2 else (A * v.unsqueeze(-2)).sum(dim=-1)
+
+
+def _outer(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``v w^T`` (per stacked run)."""
+    return v.unsqueeze(-1) * w.unsqueeze(-2)
 
 
 def _features(p: Params, X: torch.Tensor, tasks: list[str], n_P: int) -> dict[str, torch.Tensor]:

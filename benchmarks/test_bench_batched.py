@@ -2,8 +2,10 @@
 engine vs the batched engine with R runs, per method, and the machine's float64 GEMM rate in the same run
 (``pytest benchmarks/test_bench_batched.py --benchmark-only [--device cuda] [--bench-threads N]``).
 
-Groups: ``batched_<method>`` holds ``single`` (one run's step) and ``batched_R`` (one step of R stacked runs), so
-pytest-benchmark's table shows their ratio; per run, the batched step is ``time / R``. Each batched case stores in
+Groups: ``batched_<method>`` holds ``single`` (one run's step) and ``batched_R`` (one step of R stacked runs), each
+with the closed-form step (``closed_form``, :mod:`kappalab.immunization.official_step`, the default) and the autograd
+step (``autograd``, the reference it replaced), so pytest-benchmark's table shows their ratios; per run, the
+batched step is ``time / R``. Each batched case stores in
 ``extra_info`` (``--benchmark-json``): the step's unavoidable GEMM work (``gflop``: 2 x 64 x 784^2 per product, 4
 products per run for Ours, Opt kappa, IMMA, 2 for R_ill Only), the achieved rate on it (``gflops``), the machine's
 float64 GEMM rate measured just before in the same process (``gemm_gflops``: a square GEMM, 1024 on the CPU, 8192 on
@@ -25,6 +27,7 @@ torch = pytest.importorskip("torch")
 from kappalab.immunization import LinearTask, load_config  # noqa: E402
 from kappalab.immunization.batched import stacked_batches, stacked_params, stacked_protocol  # noqa: E402
 from kappalab.immunization.methods import step_gradients  # noqa: E402
+from kappalab.immunization.official_step import CLOSED_FORM_METHODS  # noqa: E402
 from kappalab.immunization.protocols import make_protocol  # noqa: E402
 from spectral_methods import sync  # noqa: E402  (benchmarks/ is on sys.path for its test modules)
 from sweep_table2 import gemm_rate  # noqa: E402
@@ -82,8 +85,13 @@ def _check_against_single(method: str, runs: int, device: str) -> None:
                 assert float((x - y).abs().max() / y.abs().max()) <= bound, (method, r, device)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_official_step(benchmark, method: str, runs: int, device: str, threads: int) -> None:
+#: (method, step): the closed-form step where it exists, and the autograd step of every method
+CASES = [(m, k) for m in METHODS for k in ("closed_form", "autograd") if k == "autograd" or m in CLOSED_FORM_METHODS]
+
+
+@pytest.mark.parametrize(("method", "step_kind"), CASES)
+def test_official_step(benchmark, method: str, step_kind: str, runs: int, device: str, threads: int) -> None:
+    closed_form = step_kind == "closed_form"
     torch.set_num_threads(threads)
     benchmark.group = f"batched_{method}"
     if runs > 1:
@@ -92,7 +100,7 @@ def test_official_step(benchmark, method: str, runs: int, device: str, threads: 
     opt = torch.optim.Adam(p.all(), lr=cfg.eta, fused=True)
 
     def step() -> None:
-        grads, _ = step_gradients(proto, p, batch.for_step(), cfg)
+        grads, _ = step_gradients(proto, p, batch.for_step(), cfg, closed_form=closed_form, theta_out=p.theta.grad)
         for param in p.all():
             param.grad = grads.get(id(param))
         opt.step()
@@ -103,5 +111,6 @@ def test_official_step(benchmark, method: str, runs: int, device: str, threads: 
     benchmark.pedantic(step, rounds=5, iterations=1, warmup_rounds=1)
     gflop = runs * PRODUCTS[method] * 2.0 * BATCH * D * D / 1e9
     achieved = gflop / benchmark.stats.stats.min
-    benchmark.extra_info.update({"runs": runs, "gflop": gflop, "gflops": achieved, "gemm_gflops": rate,
-                                 "fraction_of_gemm": achieved / rate, "per_run_s": benchmark.stats.stats.min / runs})
+    benchmark.extra_info.update({"runs": runs, "step": step_kind, "gflop": gflop, "gflops": achieved,
+                                 "gemm_gflops": rate, "fraction_of_gemm": achieved / rate,
+                                 "per_run_s": benchmark.stats.stats.min / runs})

@@ -128,11 +128,13 @@ lines = [f"# GPU check ({device})", "",
          tail("parity.txt", 8), "```", "", "## 2. One official-protocol step (D = 784, 64-row batches)", ""]
 bench = read("bench.json")
 if bench:
-    lines += ["| method | runs R | step (ms) | per run (ms) | GFLOP/s on the GEMMs | GEMM rate (GFLOP/s) | "
-              "fraction |", "|---|---|---|---|---|---|---|"]
-    for b in sorted(bench["benchmarks"], key=lambda b: (b["group"], b["extra_info"].get("runs", 0))):
+    lines += ["| method | step | runs R | step (ms) | per run (ms) | GFLOP/s on the GEMMs | GEMM rate (GFLOP/s) | "
+              "fraction |", "|---|---|---|---|---|---|---|---|"]
+    for b in sorted(bench["benchmarks"], key=lambda b: (b["group"], b["extra_info"].get("step", ""),
+                                                        b["extra_info"].get("runs", 0))):
         e = b["extra_info"]
-        lines.append(f"| {b['group'].removeprefix('batched_')} | {e['runs']} | {1e3 * b['stats']['min']:.2f} | "
+        lines.append(f"| {b['group'].removeprefix('batched_')} | {e.get('step', 'autograd')} | {e['runs']} | "
+                     f"{1e3 * b['stats']['min']:.2f} | "
                      f"{1e3 * e['per_run_s']:.3f} | {e['gflops']:.0f} | {e['gemm_gflops']:.0f} | "
                      f"{e['fraction_of_gemm']:.2f} |")
 else:

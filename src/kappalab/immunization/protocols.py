@@ -267,8 +267,13 @@ class Protocol:
         the batched engine then agrees with the single one to 1e-10 (tests/test_batched.py)."""
         if y is None:
             raise ValueError("task.y_H is None but this method needs the harmful task's labels")
-        pred = Phi @ w if Phi.ndim == 2 else (Phi * w.unsqueeze(-2)).sum(dim=-1)
-        return self.loss_of_logits(pred, y)
+        return self.loss_of_logits(self.logits(Phi, w), y)
+
+    @staticmethod
+    def logits(Phi: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The head's output ``Phi w``: ``Phi @ w`` for one run, a product and a sum for a stack
+        (:meth:`supervised_loss`)."""
+        return Phi @ w if Phi.ndim == 2 else (Phi * w.unsqueeze(-2)).sum(dim=-1)
 
     def task_loss(self, p: Params, batch: Batch) -> torch.Tensor:
         """``L(D_P, w_P, theta)`` of the step's batch. ``extra.logits_order = "head_first"`` (paper protocol, one
@@ -292,6 +297,23 @@ class Protocol:
         if self.task.loss == "mse":
             return torch.mean((pred - y) ** 2, dim=-1)
         return torch.nn.functional.binary_cross_entropy_with_logits(pred, y, reduction="none").mean(dim=-1)
+
+    def loss_of_logits_grad(self, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``d loss_of_logits / d pred`` in closed form: ``2 (pred - y) / N`` (MSE), ``(sigmoid(pred) - y) / N``
+        (BCE with logits), N = ``pred.shape[-1]``."""
+        n = pred.shape[-1]
+        if self.task.loss == "mse":
+            return (2.0 / n) * (pred - y)
+        return (torch.sigmoid(pred) - y) / n
+
+    def loss_of_logits_curvature(self, pred: torch.Tensor) -> torch.Tensor:
+        """The diagonal of ``d^2 loss_of_logits / d pred^2`` (the derivative of :meth:`loss_of_logits_grad`):
+        ``2 / N`` (MSE), ``sigmoid(pred) (1 - sigmoid(pred)) / N`` (BCE)."""
+        n = pred.shape[-1]
+        if self.task.loss == "mse":
+            return torch.full_like(pred, 2.0 / n)
+        sig = torch.sigmoid(pred)
+        return sig * (1.0 - sig) / n
 
     def gram(self, p: Params, batch: Batch, which: str) -> torch.Tensor:
         """The linear-probing Hessian of task ``which`` ("P" or "H") of the batch at the current parameters."""

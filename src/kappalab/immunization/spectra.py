@@ -34,7 +34,9 @@ from kappalab.spectral import Extremes
 
 KappaDefinition = Literal["pinv", "shifted"]
 __all__ = ["DEFAULT_SHIFT", "KappaDefinition", "kappa", "kappa_shifted", "torch_kappa", "official_r1", "official_r2",
-           "FeatureGram", "gram_extremes_shifted", "SPECTRAL_ROUTES", "torch_extremes"]
+           "FeatureGram", "gram_extremes_shifted", "SPECTRAL_ROUTES", "torch_extremes", "kappa_of_extremes",
+           "official_r2_of_extremes", "extremes_of_gram_spectrum", "top_projector", "official_r1_coefficient",
+           "official_r2_coefficient", "shifted_kappa_coefficient"]
 
 
 def kappa(H: object, definition: KappaDefinition, *, rtol: float | None = None,
@@ -87,16 +89,19 @@ def torch_kappa(S, definition: KappaDefinition, *, rtol: float | None = None, sh
     if isinstance(S, FeatureGram):
         if definition != "shifted":
             raise ValueError(f"the gram route implements the 'shifted' kappa only, got {definition!r}")
-        e = gram_extremes_shifted(S, shift)
-        return e.s_max / e.s_min
+        return kappa_of_extremes(gram_extremes_shifted(S, shift))
     if S.ndim > 2:  # a stack of runs (the batched engine): one kappa per run, the same eigenvalues and kept set
-        e = torch_extremes(S, definition, rtol=rtol, shift=shift)
-        return e.s_max / e.s_min
+        return kappa_of_extremes(torch_extremes(S, definition, rtol=rtol, shift=shift))
     if definition == "pinv":
         return kappa_of_spectrum(eigenvalues(S), rtol, check=False)
     if definition == "shifted":
         return kappa_shifted(S, shift, check=False)
     raise ValueError(f"definition must be 'pinv' or 'shifted', got {definition!r}")
+
+
+def kappa_of_extremes(e: Extremes):
+    """``s_max / s_min`` of the kept spectrum (:func:`torch_kappa` of a :class:`FeatureGram` or a stack)."""
+    return e.s_max / e.s_min
 
 
 def official_r1(S, shift: float = DEFAULT_SHIFT):
@@ -109,7 +114,11 @@ def official_r2(S, shift: float = DEFAULT_SHIFT):
     """The official code's ill-conditioning term ``1 / (||S||_F^2/(2D) - s_min^2/2)``: core R_ill denominator
     with ``k = D`` (the dimension) instead of Eq. 12's ``k = rank(S)``. ``S`` may be a :class:`FeatureGram`
     (gram route: ``s_min := shift``, see :func:`gram_extremes_shifted`)."""
-    e = _shifted_extremes(S, shift, rank=S.shape[-1])
+    return official_r2_of_extremes(_shifted_extremes(S, shift, rank=S.shape[-1]))
+
+
+def official_r2_of_extremes(e: Extremes):
+    """:func:`official_r2` from the extremes of S (``e.rank`` = D, the official code's k)."""
     return 1.0 / ill_denominator(e, check=False)
 
 
@@ -130,12 +139,14 @@ class FeatureGram:
     ``v = Phi^T u / sqrt(s)`` of S. Autograd through ``eigvalsh(G)`` gives ``ds/dPhi = 2 u u^T Phi =
     2 sqrt(s) u v^T = 2 Phi v v^T``, the dense route's gradient."""
 
-    def __init__(self, Phi) -> None:
+    def __init__(self, Phi, *, copy_right_factor: bool = True) -> None:
         if not Phi.shape[-2] < Phi.shape[-1]:
             raise ValueError(f"Phi must have fewer rows than columns (N < D) for the gram route, got "
                              f"{tuple(Phi.shape)}")
         self.Phi = Phi
-        G = Phi @ Phi.mT.contiguous()  # a contiguous right factor: the same backward GEMMs for one run and a stack
+        # a contiguous right factor gives the same backward GEMMs for one run and a stack; without a backward (the
+        # closed-form step) the transposed view is multiplied directly (measured ~0.1-0.2 ms less per 64 x 784 Phi)
+        G = Phi @ (Phi.mT.contiguous() if copy_right_factor else Phi.mT)
         self.G = 0.5 * (G + G.mT)
 
     @property
@@ -170,17 +181,63 @@ def gram_extremes_shifted(F: FeatureGram, shift: float = DEFAULT_SHIFT, rank: in
     """
     import torch
 
-    lam = torch.linalg.eigvalsh(F.G)
-    D = F.dim
-    const = lambda x: torch.full((), x, dtype=lam.dtype, device=lam.device)
-    s_2 = lam[..., -2] + shift if lam.shape[-1] > 1 else const(shift)
-    k = torch.full((), D if rank is None else rank, dtype=torch.int64, device=lam.device)
-    return Extremes(s_max=lam[..., -1] + shift, u_max=None, v_max=None, s_2=s_2, s_min=const(shift), u_min=None,
-                    v_min=None, s_km1=const(shift), rank=k, fro2=(F.G * F.G).sum(dim=(-2, -1)), p=D,
-                    threshold=const(shift))
+    return extremes_of_gram_spectrum(torch.linalg.eigvalsh(F.G), F, shift, rank)
+
+
+def extremes_of_gram_spectrum(lam, F: FeatureGram, shift: float = DEFAULT_SHIFT, rank: int | None = None
+                              ) -> Extremes:
+    """:func:`gram_extremes_shifted` from the eigenvalues ``lam`` of ``F.G`` (ascending), e.g. from an ``eigh``
+    that also gave the eigenvectors (:mod:`kappalab.immunization.official_step`). ``lam=None``: no eigenvalue is
+    known, ``s_max`` and ``s_2`` are NaN, and only what r2 reads (``fro2``, ``rank``, ``s_min = shift``) is set:
+    r2 needs no eigenproblem on the gram route."""
+    import torch
+
+    D, G = F.dim, F.G
+    const = lambda x: torch.full((), x, dtype=G.dtype, device=G.device)
+    if lam is None:
+        s_max = s_2 = torch.full(G.shape[:-2], float("nan"), dtype=G.dtype, device=G.device)
+    else:
+        s_max = lam[..., -1] + shift
+        s_2 = lam[..., -2] + shift if lam.shape[-1] > 1 else const(shift)
+    k = torch.full((), D if rank is None else rank, dtype=torch.int64, device=G.device)
+    return Extremes(s_max=s_max, u_max=None, v_max=None, s_2=s_2, s_min=const(shift), u_min=None, v_min=None,
+                    s_km1=const(shift), rank=k, fro2=(G * G).sum(dim=(-2, -1)), p=D, threshold=const(shift))
 
 
 def _shifted_extremes(S, shift: float, rank: int | None = None) -> Extremes:
     if isinstance(S, FeatureGram):
         return gram_extremes_shifted(S, shift, rank)
     return torch_extremes(S, "shifted", shift=shift, rank=rank)
+
+
+# ---- closed-form gradients of the gram route's values with respect to the features Phi ----------------------------
+# Each gradient is ``A @ Phi`` with an N x N coefficient ``A`` (one per value), so that a step sums the coefficients
+# of a task's terms and multiplies by Phi once. The two derivatives they are built from (G = Phi Phi^T, u a unit
+# eigenvector of lambda_max(G), sign-free since it enters as u u^T): d lambda_max(G)/dPhi = 2 u u^T Phi and
+# d||G||_F^2/dPhi = 4 G Phi. They are what autograd gives through ``eigvalsh(G)`` and ``(G * G).sum()``
+# (tests/test_official_step.py compares both, and the coefficients against an mpmath finite difference).
+
+def top_projector(V):
+    """``u u^T`` for ``u = V[..., -1]``, the eigenvector of the largest eigenvalue of an ascending ``eigh``."""
+    u = V[..., -1:]
+    return u @ u.mT
+
+
+def official_r1_coefficient(e: Extremes, G, uuT):
+    """``A`` with ``d r1/dPhi = A Phi``: ``r1 = s_max^2/2 - ||G||_F^2/(2D)`` with ``s_max = lambda_max(G) + shift``
+    (:func:`official_r1`), so ``A = 2 s_max u u^T - (2/D) G``."""
+    return 2.0 * e.s_max[..., None, None] * uuT - (2.0 / e.p) * G
+
+
+def official_r2_coefficient(e: Extremes, G):
+    """``A`` with ``d r2/dPhi = A Phi``: ``r2 = 1/d``, ``d = ||G||_F^2/(2k) - s_min^2/2`` with ``k = e.rank`` and
+    ``s_min = shift`` a constant (:func:`official_r2_of_extremes`), so ``A = -r2^2 (2/k) G``."""
+    r2 = official_r2_of_extremes(e)
+    k = e.rank.to(G.dtype)
+    return (-2.0 * r2 * r2 / k)[..., None, None] * G
+
+
+def shifted_kappa_coefficient(e: Extremes, uuT):
+    """``A`` with ``d kappa/dPhi = A Phi`` for the gram route's ``kappa = s_max / s_min``
+    (:func:`kappa_of_extremes`; ``s_min = shift`` a constant): ``A = 2 u u^T / s_min``."""
+    return (2.0 / e.s_min)[..., None, None] * uuT

@@ -14,18 +14,17 @@ cores: batched steps at 0.32-0.40 of the float64 GEMM rate; per run, batched / s
 subset's first 16 jobs at 2 epochs and 1.17 on 2 runs at 1 epoch, ``benchmarks/sweep_table2.py --check-single``,
 docs/benchmarks.md). The command prints which engine ran and why.
 
-Identity: the engine is left out of a run's identity only where the two engines are shown to give the same record.
-The single engine adds nothing (it is the reference: its keys are those of earlier stores). The batched engine adds
-nothing on the CPU for the methods of :data:`ENGINE_FREE`: there both engines run the same kernels on each run's
-slice and agree to the last bit (``tests/test_table2_engine.py`` compares whole records, ``tests/test_batched.py``
-every history entry), so a sweep started with one engine resumes with the other and never redoes a finished run.
-IMMA is not among them: its theta_I differs between the engines by rounding (measured 3e-15 to 1.6e-12 relative on
-the subset, D = 196 and 784, one epoch), which Eq. 15 from the spectra keeps at ~1e-12 but the D x D pinv kappa
-of the evaluation block (condition numbers ~1e13) amplifies to ~1e-6: not equal to 1e-10, so the batched
-engine's IMMA runs carry ``engine: batched`` in their identity and are kept apart from the single engine's. So do
-all its runs off the CPU, where the batched kernels may round differently. The batch size is not part of the
-identity: each run's slice is computed alone, whatever else shares its batch (a run alone and in a batch of 3 gives
-the same bits on the CPU, tested; ``scripts/gpu_check.sh`` measures it on CUDA).
+Identity: the single engine adds nothing to a run's identity (it is the reference: its keys are those of earlier
+stores); the batched engine adds ``engine: batched`` to every run's. The two engines compute the same formulas but
+do not round alike everywhere: IMMA's theta_I differs by 3e-15 to 1.6e-12 relative (subset, D = 196 and 784, one
+epoch), which Eq. 15 from the spectra keeps at ~1e-12 but the D x D pinv kappa of the evaluation block (condition
+numbers ~1e13) amplifies to ~1e-6; Ours, R_ill Only and Opt kappa agree to the last bit at D = 49 and 196 but not
+at D = 784 (theta_I of Ours 4e-16 relative apart, measured at 784 x 784 with the autograd step, 3e-19 with the
+closed-form one). So a store never takes one engine's run for the other's: a sweep started with one engine and
+resumed with the other trains the second engine's runs anew (``tests/test_table2_engine.py`` checks that both
+engines' records agree on Eq. 15 to 1e-10). The batch size is not part of the identity: each run's slice is
+computed alone, whatever else shares its batch (a run alone and in a batch of 3 gives the same bits on the CPU,
+tested; ``scripts/gpu_check.sh`` measures it on CUDA).
 """
 
 from __future__ import annotations
@@ -39,8 +38,6 @@ if TYPE_CHECKING:
     from .run import SweepPlan
 
 ENGINES = ("auto", "single", "batched")
-#: the methods whose records both engines produce bit for bit on the CPU (tested); IMMA's differ by rounding
-ENGINE_FREE = ("ours", "opt_kappa", "rill_only")
 DEFAULT_BATCH_SIZE = 64  #: runs per batch unless --batch-size says otherwise (bounds memory: R x N x D per tensor)
 
 
@@ -48,13 +45,13 @@ def on_cpu(device: str) -> bool:
     return device == "cpu"
 
 
-def identity_options(engine: str, device: str, method: str) -> dict[str, str]:
+def identity_options(engine: str) -> dict[str, str]:
     """The engine's part of a run's identity options: none for the single engine (the reference: its keys are the
-    ones written before the batched engine existed) and for the batched engine's :data:`ENGINE_FREE` methods on the
-    CPU (bit for bit the single engine's runs); ``{"engine": "batched"}`` otherwise."""
+    ones written before the batched engine existed), ``{"engine": "batched"}`` for the batched one (module
+    docstring)."""
     if engine not in ENGINES[1:]:
         raise ValueError(f"engine must be 'single' or 'batched', got {engine!r}")
-    return {} if engine == "single" or (on_cpu(device) and method in ENGINE_FREE) else {"engine": engine}
+    return {} if engine == "single" else {"engine": engine}
 
 
 def choose_engine(requested: str, plan: "SweepPlan") -> tuple[str, str]:

@@ -38,7 +38,7 @@ from .spectra import SPECTRA_METHOD
 if TYPE_CHECKING:
     from .run import SweepPlan
 
-REL_TOL = 1e-10  #: duplicates agree to this (the engines' agreement rule; on one CPU they agree bit for bit)
+REL_TOL = 1e-10  #: duplicates (one run in two stores) agree to this: the same identity on another device may round otherwise
 VOLATILE = ("train_s", "total_s", "engine", "engine_notes")  #: result fields that differ between equal runs
 
 

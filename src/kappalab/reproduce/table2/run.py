@@ -127,7 +127,7 @@ class SweepPlan:
                     probe = (a, b) in self.probe_pairs and seed == self.seeds[0]
                     ident = identity(resolved, data, {"a": a, "b": b, "seed": seed, "pool": self.pool,
                                                       "device": self.device, "dtype": "float64", "probe": probe,
-                                                      **identity_options(self.engine, self.device, method)})
+                                                      **identity_options(self.engine)})
                     key = run_key(run_label(self.protocol, method, a, b, seed, self.epochs, self.pool), ident)
                     jobs.append(Job(key, {
                         "key": key, "identity": ident, "protocol": self.protocol, "method": method, "a": a,

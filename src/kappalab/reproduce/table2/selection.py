@@ -184,8 +184,8 @@ class TrajectoryPlan:
                                                                 "dtype": "float64"})
                         key = run_key(traj_label(self.protocol, method, a, b, seed, eta, self.epochs), ident)
                         jobs.append(Job(key, {"key": key, "identity": ident, "protocol": self.protocol,
-                                              "method": method, "a": a, "b": b,
-                                              "seed": seed, "eta": eta, "epochs": self.epochs, "every": self.every,
+                                              "method": method, "a": a, "b": b, "seed": seed, "eta": eta,
+                                              "epochs": self.epochs, "every": self.every,
                                               "out": str(self.out), "dataset": self.dataset,
                                               "data_dir": self.data_dir, "device": self.device,
                                               "overrides": self.overrides}))

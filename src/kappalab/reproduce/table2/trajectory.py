@@ -11,10 +11,10 @@ rule as the headline of every Table 2 record), from the squared singular values 
 protocol's bias the features are ``X theta + 1 b^T = [X 1] [theta; b]``, so the R factor is that of ``[X 1]``
 while K stays ``X^T X`` (the convention of every official Table 2 record: :func:`.spectra.run_spectra`).
 
-``loss_P`` is the trained head's D_P loss on the part, ``mean(BCE(X_P theta w_P (+ b . w_P), y_P))`` (the training objective's
-``L(D_P)``; D_P's labels are all 0 in the authors' code, so it measures nothing a selection should keep). ``fit_P``
-(Table 1's least-squares fit) has no meaning for a BCE task and is stored as NaN, so that the arrays follow
-:mod:`kappalab.immunization.trajectory`'s layout (``epoch``, ``<view>.<metric>``) and
+``loss_P`` is the trained head's D_P loss on the part, ``mean(BCE(X_P theta w_P (+ b . w_P), y_P))`` (the training
+objective's ``L(D_P)``; D_P's labels are all 0 in the authors' code, so it measures nothing a selection should
+keep). ``fit_P`` (Table 1's least-squares fit) has no meaning for a BCE task and is stored as NaN, so that the arrays
+follow :mod:`kappalab.immunization.trajectory`'s layout (``epoch``, ``<view>.<metric>``) and
 :mod:`kappalab.immunization.selection` reads them unchanged.
 """
 

@@ -1,4 +1,5 @@
-"""Table 2's paper protocol (Alg. 1), its trajectories and App. C.2's selection over them (fast: small data)."""
+"""Table 2's paper protocol (Alg. 1), both protocols' trajectories and App. C.2's selection over them (fast: small
+data)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,68 @@ def test_observer_records_every_kth_epoch_and_refuses_a_bias(rng: np.random.Gene
         rec(9, Params(p.theta, torch.zeros(4, dtype=torch.float64), p.w_P))
     with pytest.raises(ValueError, match="every"):
         PairTrajectory({}, every=0)
+
+
+def test_trajectory_with_the_official_bias_equals_the_records_rule(rng: np.random.Generator) -> None:
+    """With a bias, the trajectory's terms from ``R [theta; b]`` (thin QR of ``[X 1]``) equal Table 2's rule on
+    the spectra an official record stores (:func:`.spectra.run_spectra`: ``X theta + 1 b^T``, K without the bias),
+    and its loss is BCE of ``(X theta + 1 b^T) w``."""
+    from kappalab.reproduce.table2.spectra import run_spectra
+
+    d = 10
+    X_P, X_H = low_rank_rows(rng, 60, d, 7), low_rank_rows(rng, 50, d, 8)
+    X_P[:, 0] = X_H[:, 0] = 1.0  # a constant pixel, as MNIST's border: the ones vector lies in range(X)
+    theta, bias, w = rng.standard_normal((d, d)), rng.standard_normal(d), rng.standard_normal(d)
+    reduced = reduce_parts({"t": (X_P, np.zeros(len(X_P)), X_H)}, bias=True)["t"]
+    got = PairTrajectory.metrics(theta, w, reduced, bias)
+    task = LinearTask(X_P, np.zeros(len(X_P)), X_H, np.ones(len(X_H)), "bce", "toy", "random")
+    direct = rir_from_spectra(run_spectra(task, theta, bias))
+    for m in ("term_i", "term_ii", "rir"):
+        assert got[m] == pytest.approx(direct[m], rel=1e-9)
+    assert got["rir"] != pytest.approx(PairTrajectory.metrics(theta, w, reduce_parts(
+        {"t": (X_P, np.zeros(len(X_P)), X_H)})["t"])["rir"], rel=1e-3)  # the bias matters
+    z = (X_P @ theta + bias) @ w
+    assert got["loss_P"] == pytest.approx(float(torch.nn.functional.binary_cross_entropy_with_logits(
+        torch.as_tensor(z), torch.zeros(len(z), dtype=torch.float64))), rel=1e-12)
+    with pytest.raises(ValueError, match="bias"):
+        PairTrajectory.metrics(theta, w, reduced)
+
+
+def test_official_run_is_observed_at_its_epoch_boundaries(rng: np.random.Generator) -> None:
+    """An official (minibatched) run: the observer, told the protocol's steps per epoch, records epochs 0, every,
+    ..., epochs, and the last point is the run's end as its record evaluates it (spectra of X theta_I + 1 b^T)."""
+    from kappalab.reproduce.table1 import steps_per_epoch
+    from kappalab.reproduce.table2.spectra import run_spectra
+
+    X_P, X_H = rng.standard_normal((200, 6)), rng.standard_normal((150, 6))
+    task = LinearTask(X_P, np.zeros(200), X_H, np.ones(150), "bce", "toy", "random")
+    cfg = table2.table2_config("official", "ours").replace(epochs=4)
+    steps = steps_per_epoch(task, cfg, 1)
+    assert steps == 150 // 64
+    rec = PairTrajectory(reduce_parts({"train": (X_P, np.zeros(200), X_H)}, bias=True), every=2,
+                         steps_per_epoch=steps)
+    run = immunize(task, cfg, 0, observer=rec)
+    assert run.n_steps == 4 * steps and rec.arrays()["epoch"].tolist() == [0, 2, 4]
+    final = rir_from_spectra(run_spectra(task, run.theta_I, run.bias))
+    assert rec.arrays()["train.rir"][-1] == pytest.approx(final["rir"], rel=1e-9)
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        PairTrajectory({}, steps_per_epoch=0)
+
+
+def test_paper_protocol_keys_are_unchanged() -> None:
+    """The protocol entered the trajectory plans; the committed paper-protocol store's keys are still the plan's."""
+    from pathlib import Path
+
+    from kappalab.results import RunStore
+
+    store = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2" / "paper_alg1"
+    keys = {r["key"] for r in RunStore(store / selection.store_name("paper")).records()}
+    pairs = tuple((a, (a + 1) % 10) for a in range(10))
+    plan = selection.TrajectoryPlan("paper", table2.METHODS, pairs, (0, 1, 2), (0.001,), 30, 3, store)
+    jobs = plan.jobs()
+    assert len(jobs) == 120 and {job.key for job in jobs} <= keys
+    official = selection.TrajectoryPlan("official", table2.METHODS, pairs[:1], (0,), (0.001,), 30, 3, store).jobs()
+    assert all(job.key.startswith("official.traj.") and job.key not in keys for job in official)
 
 
 def test_head_first_logits_train_the_same_run(rng: np.random.Generator) -> None:
@@ -131,6 +194,8 @@ def test_rank_rule_gap_on_the_subset() -> None:
     (["--trajectory", "--data", "mnist-subset"], "--trajectory"),
     (["--etas", "0.001", "--quick"], "--etas"),
     (["--protocol", "paper", "--trajectory", "--data", "mnist-subset"], "--data mnist"),
+    (["--protocol", "official", "--trajectory", "--engine", "batched"], "--engine batched"),
+    (["--protocol", "official", "--trajectory", "--every", "7"], "--every"),
 ])
 def test_trajectory_argument_errors(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert table2.main(argv) == 2

@@ -1,6 +1,7 @@
-"""The committed full-MNIST store of Table 2's paper protocol (docs/reproduction/table2/paper_alg1/): every number
-of its report recomputes from the stored trajectories and spectra, and the two routes to a run's final (i), (ii),
-RIR (the trajectory's thin-QR route on the train part, the record's spectra of X theta) agree."""
+"""The committed full-MNIST stores of Table 2 with trajectories (docs/reproduction/table2/paper_alg1/: the paper
+protocol, Alg. 1; docs/reproduction/table2/official_traj/: the official protocol): every number of each report
+recomputes from the stored trajectories and spectra, and the two routes to a run's final (i), (ii), RIR (the
+trajectory's thin-QR route on the train part, the record's spectra of X theta (+ 1 b^T)) agree."""
 
 from __future__ import annotations
 
@@ -14,18 +15,22 @@ from kappalab.reproduce.table2 import selection, table2_config
 from kappalab.reproduce.table2.spectra import rir_from_spectra
 from kappalab.results import RunStore, to_jsonable
 
-STORE = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2" / "paper_alg1"
-MIN_RUNS = 120  #: the committed store's size at least (docs/reproduction/table2.md says which runs)
+ROOT = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2"
+#: protocol -> (store folder, its size at least: docs/reproduction/table2.md says which runs)
+STORES = {"paper": (ROOT / "paper_alg1", 120), "official": (ROOT / "official_traj", 80)}
 
 
-@pytest.fixture(scope="module")
-def records() -> list[dict]:
-    recs = RunStore(STORE / selection.STORE).records()
-    assert len(recs) >= MIN_RUNS
-    return recs
+@pytest.fixture(scope="module", params=sorted(STORES))
+def store(request: pytest.FixtureRequest) -> tuple[str, Path, list[dict]]:
+    protocol = request.param
+    folder, min_runs = STORES[protocol]
+    recs = RunStore(folder / selection.store_name(protocol)).records()
+    assert len(recs) >= min_runs
+    return protocol, folder, recs
 
 
-def test_records_carry_data_and_recompute_from_their_spectra(records: list[dict]) -> None:
+def test_records_carry_data_and_recompute_from_their_spectra(store: tuple[str, Path, list[dict]]) -> None:
+    protocol, folder, records = store
     shas = {(r["result"]["data"]["name"], r["result"]["data"]["sha256"], r["result"]["data"]["test_sha256"])
             for r in records}
     assert len(shas) == 1 and next(iter(shas))[0] == "mnist"  # one dataset: full MNIST, train and t10k
@@ -34,29 +39,35 @@ def test_records_carry_data_and_recompute_from_their_spectra(records: list[dict]
         assert len(data["rows_per_digit"]) == 10 and sum(data["rows_per_digit"]) == 60000
         assert sum(data["test_rows_per_digit"]) == 10000
         assert set(data["pair_rows"]) == {"train", "validation", "test"}
-        with np.load(STORE / r["result"]["files"]["spectra"]) as z:
+        with np.load(folder / r["result"]["files"]["spectra"]) as z:
             again = rir_from_spectra({k: z[k] for k in z.files})
         assert again == r["result"]["gram"], r["key"]
         assert r["identity"]["data"]["sha256"] == data["sha256"]
-        assert r["result"]["n_steps"] == r["params"]["epochs"] == 30
+        assert r["identity"]["config"]["protocol"] == protocol and r["key"].startswith(f"{protocol}.traj.")
+        # paper: one full-batch step per epoch; official: 64-row minibatches of each digit's train rows, drop_last
+        per_epoch = 1 if protocol == "paper" else data["pair_rows"]["train"] // 64
+        assert r["result"].get("steps_per_epoch", 1) == per_epoch
+        assert r["result"]["n_steps"] == r["params"]["epochs"] * per_epoch and r["params"]["epochs"] == 30
 
 
-def test_trajectory_route_agrees_with_the_record(records: list[dict]) -> None:
+def test_trajectory_route_agrees_with_the_record(store: tuple[str, Path, list[dict]]) -> None:
     """The last trajectory point on the train part (singular values of R theta, X = QR) and the record's headline
     (singular values of X theta): the same Eq. 15 by two products; measured agreement 1e-6 relative or better."""
+    _, folder, records = store
     worst = 0.0
     for r in records:
-        with np.load(STORE / r["result"]["files"]["trajectory"]) as z:
+        with np.load(folder / r["result"]["files"]["trajectory"]) as z:
             assert int(z["epoch"][-1]) == 30
             for m in ("term_i", "term_ii", "rir"):
                 worst = max(worst, abs(float(z[f"train.{m}"][-1]) / r["result"]["gram"][m] - 1.0))
     assert worst < 1e-6, worst
 
 
-def test_report_recomputes_from_the_store() -> None:
-    committed = json.loads((STORE / "selection_paper.json").read_text())
-    runs = selection.load_runs(STORE, RunStore(STORE / selection.STORE).records())
-    rows = to_jsonable(selection.selection_records(runs, table2_config("paper", "ours").eta))
+def test_report_recomputes_from_the_store(store: tuple[str, Path, list[dict]]) -> None:
+    protocol, folder, records = store
+    committed = json.loads((folder / f"selection_{protocol}.json").read_text())
+    runs = selection.load_runs(folder, records)
+    rows = to_jsonable(selection.selection_records(runs, table2_config(protocol, "ours").eta))
     table = to_jsonable(selection.store_table(runs))
     assert committed["n_runs"] == len(runs)
     assert json.dumps(table, sort_keys=True) == json.dumps(committed["table"], sort_keys=True)

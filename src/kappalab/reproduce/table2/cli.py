@@ -64,9 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check and merge these folders' stores (e.g. the shards') into --out, then report; "
                              "give the arguments the shards ran with, minus --shard")
     parser.add_argument("--trajectory", action="store_true",
-                        help="paper protocol (Alg. 1) on each pair's train part with (i), (ii), RIR per epoch on "
+                        help="the protocol's runs on each pair's train part with (i), (ii), RIR per epoch on "
                              "train / validation / MNIST test, then App. C.2's selection (reproduce.table2.selection; "
-                             "needs --data mnist)")
+                             "needs --data mnist; single engine)")
     parser.add_argument("--etas", default=None,
                         help="with --trajectory: comma-separated learning rates (default: the config's; App. C.2's "
                              "grid: 0.0005,0.001,0.005,0.01)")
@@ -90,15 +90,12 @@ def parse_etas(text: str) -> tuple[float, ...]:
 
 
 def trajectory_main(args: argparse.Namespace, plan: SweepPlan) -> int:
-    """``--trajectory``: the paper-protocol runs with trajectories and the selection report
-    (:mod:`.selection`)."""
+    """``--trajectory``: the protocol's runs with trajectories and the selection report (:mod:`.selection`)."""
     from kappalab.provenance import provenance
     from kappalab.sweep import run_sweep
 
     from .selection import TrajectoryPlan, report, trajectory_run
 
-    if args.protocol != "paper":
-        raise UsageError("--trajectory: implemented for --protocol paper (Alg. 1: one full-batch step per epoch)")
     if plan.dataset != "mnist":
         raise UsageError("--trajectory: needs --data mnist (the validation part and MNIST's test split)")
     if plan.pool != 1:
@@ -107,12 +104,12 @@ def trajectory_main(args: argparse.Namespace, plan: SweepPlan) -> int:
         raise UsageError(f"--every: {args.every} does not divide --epochs {plan.epochs}")
     default_eta = plan.config("ours").eta
     etas = parse_etas(args.etas) if args.etas else (default_eta,)
-    tplan = TrajectoryPlan(plan.methods, plan.pairs, plan.seeds, etas, plan.epochs, args.every, plan.out,
+    tplan = TrajectoryPlan(plan.protocol, plan.methods, plan.pairs, plan.seeds, etas, plan.epochs, args.every, plan.out,
                            plan.dataset, plan.data_dir, plan.device, plan.overrides)
     if not args.report_only:
         check_out(plan.out)
         summary = run_sweep(tplan.jobs(), trajectory_run, tplan.store_path, workers=args.workers,
-                            progress=not args.no_progress, desc="table2/paper+trajectory",
+                            progress=not args.no_progress, desc=f"table2/{plan.protocol}+trajectory",
                             extra_record=lambda job: {"identity": job.params["identity"], "provenance": provenance(
                                 job.params["seed"], job.params, device=plan.device, data_label=plan.dataset)})
         if summary.run_times_s:
@@ -120,8 +117,8 @@ def trajectory_main(args: argparse.Namespace, plan: SweepPlan) -> int:
                   f"({float(np.mean(summary.run_times_s)):.1f} s/run); {summary.skipped} were already done")
     elif not tplan.store_path.is_file():
         raise UsageError(f"--report-only: no store {tplan.store_path}")
-    body = report(plan.out, default_eta)
-    print(f"table2: selection over {body['n_runs']} stored runs -> {plan.out / 'selection_paper.md'}")
+    body = report(plan.out, default_eta, plan.protocol)
+    print(f"table2: selection over {body['n_runs']} stored runs -> {plan.out / f'selection_{plan.protocol}.md'}")
     return 0
 
 
@@ -223,7 +220,10 @@ def main(argv: list[str]) -> int:
         source = load_dataset(plan.dataset, plan.data_dir).source_label
     if args.trajectory:
         ignored = [name for name, given in (("--shard", args.shard), ("--merge", args.merge),
-                                            ("--batch-size", args.batch_size)) if given is not None]
+                                            ("--batch-size", args.batch_size), ("--compare-with", args.compare_with))
+                   if given is not None]
+        if args.engine == "batched":
+            ignored.append("--engine batched")
         if ignored:
             raise UsageError(f"--trajectory: cannot be combined with {', '.join(ignored)} (single-engine runs)")
         return trajectory_main(args, plan)

@@ -1,11 +1,15 @@
-"""Table 2 under App. C.2's selection: paper-protocol (Alg. 1) runs with trajectories, and the selection over them.
+"""Table 2 under App. C.2's selection: runs with trajectories (either protocol), and the selection over them.
 
-``kappalab reproduce table2 --trajectory [--etas 0.0005,0.001,0.005,0.01] [--every E] ...`` runs, for each
-(method, pair, seed, learning rate), Alg. 1 (the shipped ``table2_paper_<method>`` configs: full batch, 30 steps)
+``kappalab reproduce table2 --protocol P --trajectory [--etas 0.0005,0.001,0.005,0.01] [--every E] ...`` runs, for
+each (method, pair, seed, learning rate), the shipped ``table2_<P>_<method>`` configs (``paper``: Alg. 1, full
+batch, 30 steps; ``official``: the authors' code, 64-row minibatches, its regularizers, a bias, 30 epochs)
 on the ``train`` part of :func:`kappalab.data.mnist.pair_splits` (90% of the balanced training digits; the other
 10% are ``validation``; ``test`` is MNIST's t10k digits, balanced), records (i), (ii), RIR on all three parts every
-``every`` epochs (:class:`.trajectory.PairTrajectory`), and stores per run ``trajectories/<key>.npz`` and
-``spectra/<key>.npz`` (the final spectra on the train part: the record's (i), (ii), RIR recompute from them).
+``every`` epochs (:class:`.trajectory.PairTrajectory`, at epoch boundaries), and stores per run
+``trajectories/<key>.npz`` and ``spectra/<key>.npz`` (the final spectra on the train part: the record's (i), (ii),
+RIR recompute from them). Both protocols are evaluated as every Table 2 record is (:func:`.spectra.run_spectra`,
+:func:`.spectra.rir_from_spectra`: the official bias in ``H(theta)``, none in K). Each protocol has its own store
+file (:func:`store_name`) and report (``selection_<protocol>.{md,json}``), so both can share one ``--out``.
 
 The selection (:func:`selection_records`) applies :mod:`kappalab.immunization.selection` unchanged:
 
@@ -53,12 +57,21 @@ RULES = (Rule(max_term_ii=math.inf, loss_slack=math.inf, stopping="max_rir"),
          Rule(max_term_ii=1.0, loss_slack=math.inf, stopping="max_rir"))
 #: variant -> (part selected on, part reported on)
 VARIANTS = {"paper": ("train", "train"), "validation": ("validation", "test")}
-STORE = "runs_paper_trajectory.jsonl"
+#: the report's title per protocol
+TITLES = {"paper": "paper protocol (Alg. 1)",
+          "official": "official protocol (the authors' code: 64-row minibatches, its regularizers, a bias)"}
 
 
-def traj_label(method: str, a: int, b: int, seed: int, eta: float, epochs: int) -> str:
+def store_name(protocol: str) -> str:
+    """The store file of a protocol's trajectory runs."""
+    if protocol not in TITLES:
+        raise ValueError(f"protocol must be one of {tuple(TITLES)}, got {protocol!r}")
+    return f"runs_{protocol}_trajectory.jsonl"
+
+
+def traj_label(protocol: str, method: str, a: int, b: int, seed: int, eta: float, epochs: int) -> str:
     """The readable part of a trajectory run's key."""
-    return f"paper.traj.{method}.{a}-{b}.s{seed}.lr{eta:g}.e{epochs}"
+    return f"{protocol}.traj.{method}.{a}-{b}.s{seed}.lr{eta:g}.e{epochs}"
 
 
 def pair_parts(dataset: str, directory: str | None, a: int, b: int, seed: int):
@@ -71,15 +84,15 @@ def pair_parts(dataset: str, directory: str | None, a: int, b: int, seed: int):
 
 
 @functools.lru_cache(maxsize=1)
-def pair_data(dataset: str, directory: str | None, a: int, b: int, seed: int):
-    """The pair's splits and :func:`.trajectory.reduce_parts` of its parts (D_P labels 0; cached: the jobs of one
-    pair and seed are consecutive)."""
+def pair_data(dataset: str, directory: str | None, a: int, b: int, seed: int, bias: bool = False):
+    """The pair's splits and :func:`.trajectory.reduce_parts` of its parts (D_P labels 0; ``bias``: the runs'
+    features have one; cached: the jobs of one pair and seed are consecutive)."""
     splits = pair_parts(dataset, directory, a, b, seed)
     parts = {}
     for part in PARTS:
         X_P, X_H = splits.arrays(part)
         parts[part] = (X_P, np.zeros(len(X_P)), X_H)
-    return splits, reduce_parts(parts)
+    return splits, reduce_parts(parts, bias)
 
 
 def data_record(dataset: str, directory: str | None, splits=None) -> dict[str, Any]:
@@ -97,26 +110,32 @@ def data_record(dataset: str, directory: str | None, splits=None) -> dict[str, A
 
 
 def trajectory_run(params: dict[str, Any]) -> dict[str, Any]:
-    """Sweep worker: one Alg. 1 run on the pair's train part, with its trajectory; stores trajectory and spectra."""
+    """Sweep worker: one run of the job's protocol (records without ``protocol``: ``paper``) on the pair's train
+    part, with its trajectory at epoch boundaries; stores trajectory and spectra."""
     from kappalab.immunization import LinearTask, immunize
+    from kappalab.immunization.protocols import PROTOCOL_CLASSES
+    from kappalab.reproduce.table1 import steps_per_epoch
 
     limit_threads(int(params.get("threads", 1)))
     a, b, seed = int(params["a"]), int(params["b"]), int(params["seed"])
-    cfg = table2_config("paper", params["method"], params["overrides"]).replace(
+    protocol = params.get("protocol", "paper")
+    cfg = table2_config(protocol, params["method"], params["overrides"]).replace(
         epochs=int(params["epochs"]), eta=float(params["eta"]))
-    splits, reduced = pair_data(params["dataset"], params["data_dir"], a, b, seed)
+    splits, reduced = pair_data(params["dataset"], params["data_dir"], a, b, seed,
+                                PROTOCOL_CLASSES[cfg.protocol].has_bias)
     start = time.perf_counter()
     X_P, X_H = splits.arrays("train")
     task = LinearTask(X_P, np.zeros(len(X_P)), X_H, np.ones(len(X_H)), "bce", f"mnist/{a}-{b}/train",
                       f"{params['dataset']} pair {a}-{b} train part (seed {seed})")
-    recorder = PairTrajectory(reduced, int(params["every"]))
+    steps = steps_per_epoch(task, cfg, 1)
+    recorder = PairTrajectory(reduced, int(params["every"]), steps)
     run = immunize(task, cfg, seed, device=params["device"], observer=recorder)
     train_s = time.perf_counter() - start
-    if recorder.epochs[-1] != run.n_steps:
-        raise ValueError(f"--every {params['every']} does not divide the {run.n_steps} steps: the last epoch would "
-                         "not be recorded")
+    if recorder.epochs[-1] * steps != run.n_steps:
+        raise ValueError(f"the trajectory's last epoch ({recorder.epochs[-1]} x {steps} steps) is not the run's end "
+                         f"({run.n_steps} steps): --every {params['every']} must divide the epochs")
     r = recorder.reduced["train"]
-    spectra = run_spectra(task, run.theta_I, None, {"K_P": r["K_P"], "K_H": r["K_H"]})
+    spectra = run_spectra(task, run.theta_I, run.bias, {"K_P": r["K_P"], "K_H": r["K_H"]})
     out = Path(params["out"])
     files = {"spectra": f"spectra/{params['key']}.npz", "trajectory": f"trajectories/{params['key']}.npz"}
     for name, arrays in (("spectra", spectra), ("trajectory", recorder.arrays())):
@@ -124,14 +143,15 @@ def trajectory_run(params: dict[str, Any]) -> dict[str, Any]:
         np.savez_compressed(out / files[name], **arrays)
     return {"gram": rir_from_spectra(spectra), "rtol_sensitivity": rtol_sensitivity(spectra), "files": files,
             "data": data_record(params["dataset"], params["data_dir"], splits), "train_s": train_s,
-            "n_steps": run.n_steps, "degenerate_count": run.degenerate_count, "config_source": list(cfg.source),
-            "total_s": time.perf_counter() - start}
+            "n_steps": run.n_steps, "steps_per_epoch": steps, "degenerate_count": run.degenerate_count,
+            "config_source": list(cfg.source), "total_s": time.perf_counter() - start}
 
 
 @dataclass(frozen=True)
 class TrajectoryPlan:
-    """The runs of ``--trajectory``: methods x pairs x seeds x learning rates."""
+    """The runs of ``--trajectory``: methods x pairs x seeds x learning rates of one protocol."""
 
+    protocol: str
     methods: tuple[str, ...]
     pairs: tuple[tuple[int, int], ...]
     seeds: tuple[int, ...]
@@ -146,7 +166,7 @@ class TrajectoryPlan:
 
     @property
     def store_path(self) -> Path:
-        return self.out / STORE
+        return self.out / store_name(self.protocol)
 
     def jobs(self) -> list[Job]:
         """Learning-rate-major (one grid value finishes before the next), then seed, pair, method."""
@@ -157,13 +177,15 @@ class TrajectoryPlan:
             for seed in self.seeds:
                 for a, b in self.pairs:
                     for method in self.methods:
-                        cfg = table2_config("paper", method, self.overrides).replace(epochs=self.epochs, eta=eta)
+                        cfg = table2_config(self.protocol, method, self.overrides).replace(epochs=self.epochs,
+                                                                                           eta=eta)
                         ident = identity(cfg.resolved(), data, {"a": a, "b": b, "seed": seed, "every": self.every,
                                                                 "parts": "pair_splits", "device": self.device,
                                                                 "dtype": "float64"})
-                        key = run_key(traj_label(method, a, b, seed, eta, self.epochs), ident)
-                        jobs.append(Job(key, {"key": key, "identity": ident, "method": method, "a": a, "b": b,
-                                              "seed": seed, "eta": eta, "epochs": self.epochs, "every": self.every,
+                        key = run_key(traj_label(self.protocol, method, a, b, seed, eta, self.epochs), ident)
+                        jobs.append(Job(key, {"key": key, "identity": ident, "protocol": self.protocol,
+                                              "method": method, "a": a, "b": b, "seed": seed, "eta": eta,
+                                              "epochs": self.epochs, "every": self.every,
                                               "out": str(self.out), "dataset": self.dataset,
                                               "data_dir": self.data_dir, "device": self.device,
                                               "overrides": self.overrides}))
@@ -287,13 +309,16 @@ def _selected_row(r: Mapping[str, Any], paper_rir: Mapping[str, str]) -> str:
             f"{_terms(s)} | {s[f'pairs_rir>{SUCCESS_THRESHOLD:g}']} | {paper_rir[r['method']]} |")
 
 
-def markdown(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Mapping[str, Any]], n_runs: int) -> str:
-    """selection_paper.md."""
+def markdown(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Mapping[str, Any]], n_runs: int,
+             protocol: str = "paper") -> str:
+    """selection_<protocol>.md."""
     paper_rir = {m: format_mean_std(*PAPER_TABLE2[m][2]) for m in METHODS}
-    lines = ["# Table 2, paper protocol (Alg. 1) on full MNIST, under App. C.2's selection", "",
+    bias = (" H(theta) of the features X theta + 1 b^T (the official bias), K = X^T X without it, as in every "
+            "official Table 2 record." if protocol == "official" else "")
+    lines = [f"# Table 2, {TITLES[protocol]} on full MNIST, under App. C.2's selection", "",
              f"{n_runs} runs. Numbers: {MEAN_STD_CONVENTION}, over the runs (pairs x seeds). (i), (ii), RIR: Table "
-             "2's rule (rank decided on each part's K at n eps, pseudo-inverse kappa, from singular values). "
-             "A rule's \"seed\" is one run, a (pair, seed) cell. Paper: Table 2 (reference only).", "",
+             "2's rule (rank decided on each part's K at n eps, pseudo-inverse kappa, from singular values)." + bias
+             + " A rule's \"seed\" is one run, a (pair, seed) cell. Paper: Table 2 (reference only).", "",
              "## Final epoch, recomputed from the stored spectra (train part)", "",
              "| lr / Method | runs | (i) | (ii) | RIR | median RIR | paper RIR |", "|---|---|---|---|---|---|---|"]
     for name, t in table.items():
@@ -323,18 +348,20 @@ def markdown(rows: Sequence[Mapping[str, Any]], table: Mapping[str, Mapping[str,
     return "\n".join(lines) + "\n"
 
 
-def report(out: Path, default_eta: float) -> dict[str, Any]:
-    """Rebuild ``selection_paper.{json,md}`` from the store in ``out``; returns the JSON body."""
-    records = RunStore(out / STORE).records()
+def report(out: Path, default_eta: float, protocol: str = "paper") -> dict[str, Any]:
+    """Rebuild ``selection_<protocol>.{json,md}`` from the protocol's store in ``out``; returns the JSON body."""
+    records = RunStore(out / store_name(protocol)).records()
     runs = load_runs(out, records)
     rows = selection_records(runs, default_eta)
     table = store_table(runs)
     body = to_jsonable({"n_runs": len(runs), "rules": [rule.describe() for rule in RULES], "variants": VARIANTS,
                         "table": table, "records": rows})
-    write_report(out, "selection_paper", body, markdown(rows, table, len(runs)))
+    write_report(out, f"selection_{protocol}", body, markdown(rows, table, len(runs), protocol))
     final = [{"method": r["method"], "a": r["pair"][0], "b": r["pair"][1], "rir": r["final"]["rir"]}
              for r in runs if r["eta"] == default_eta]
     if final:
-        figure2(final, out, "paper_alg1", f"Figure 2, paper protocol (Alg. 1) on full MNIST, lr {default_eta:g}, "
-                f"epoch 30, train part; {len(final)} runs (seed-averaged log10 RIR)")
+        epochs = sorted({int(r["traj"]["epoch"][-1]) for r in runs if r["eta"] == default_eta})
+        figure2(final, out, "paper_alg1" if protocol == "paper" else f"{protocol}_trajectory",
+                f"Figure 2, {TITLES[protocol]} on full MNIST, lr {default_eta:g}, epoch "
+                f"{','.join(map(str, epochs))}, train part; {len(final)} runs (seed-averaged log10 RIR)")
     return body

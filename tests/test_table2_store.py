@@ -17,7 +17,7 @@ from kappalab.results import RunStore, to_jsonable
 
 ROOT = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2"
 #: protocol -> (store folder, its size at least: docs/reproduction/table2.md says which runs)
-STORES = {"paper": (ROOT / "paper_alg1", 120), "official": (ROOT / "official_traj", 80)}
+STORES = {"paper": (ROOT / "paper_alg1", 120), "official": (ROOT / "official_traj", 120)}
 
 
 @pytest.fixture(scope="module", params=sorted(STORES))

@@ -211,13 +211,12 @@ def test_a_whole_run_reproduces_the_committed_record(method: str) -> None:
 def test_kept_identity_block_gives_the_same_bits() -> None:
     """evaluate() of a second run on the same data reads H(I), its spectrum and its shifted kappa from the kept
     block; every number equals a computation with nothing kept, and other data is not served from it."""
-    from kappalab.immunization.evaluate import _IDENTITY, _IDENTITY_BY_ID, evaluate, identity_hessian
+    from kappalab.immunization.evaluate import _IDENTITY, evaluate, identity_hessian
 
     task = _task(0, 1, 0, rows=96)
     rng = np.random.default_rng(5)
     theta, bias = rng.uniform(-0.04, 0.04, (784, 784)), rng.uniform(-0.04, 0.04, 784)
     _IDENTITY.clear()
-    _IDENTITY_BY_ID.clear()
     fresh = evaluate(theta, task, bias=bias)
     # H(I), its spectrum, its shifted kappa at the shift and at 0.1 and 10 times it (the sensitivity block)
     assert len(_IDENTITY) == 2 and all(len(e) == 5 for e in _IDENTITY.values())

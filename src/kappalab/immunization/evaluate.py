@@ -40,7 +40,6 @@ def _augmented(theta: np.ndarray, bias: np.ndarray | None, X: np.ndarray) -> tup
 
 #: identity Hessians kept: sha256 of X -> {"H": H(I), and each value computed from it, by what}
 _IDENTITY: OrderedDict[str, dict[Hashable, Any]] = OrderedDict()
-_IDENTITY_BY_ID: dict[int, dict[Hashable, Any]] = {}  #: id of a kept H(I) -> its entry (while kept)
 #: distinct X whose identity block is kept: Table 2's tasks have 10 (one per digit; the pair picks two), a batched
 #: sweep runs one method over every pair before the next, so all 10 are kept (D = 784: 4.9 MB each)
 IDENTITY_KEPT = 10
@@ -56,18 +55,16 @@ def identity_hessian(X: np.ndarray) -> np.ndarray:
         return _IDENTITY[digest]["H"]
     H = hessian(np.eye(X.shape[1]), X.T @ X)
     H.flags.writeable = False
-    _IDENTITY[digest] = entry = {"H": H}
-    _IDENTITY_BY_ID[id(H)] = entry
+    _IDENTITY[digest] = {"H": H}
     while len(_IDENTITY) > IDENTITY_KEPT:
-        _, old = _IDENTITY.popitem(last=False)
-        del _IDENTITY_BY_ID[id(old["H"])]
+        _IDENTITY.popitem(last=False)
     return H
 
 
 def _of(M: np.ndarray, what: Hashable, compute: Callable[[], Any]) -> Any:
     """``compute()``, kept with ``M`` when M is a kept identity Hessian (:func:`identity_hessian`)."""
-    entry = _IDENTITY_BY_ID.get(id(M))
-    if entry is None or entry["H"] is not M:
+    entry = next((e for e in _IDENTITY.values() if e["H"] is M), None)  # at most IDENTITY_KEPT entries
+    if entry is None:
         return compute()
     if what not in entry:
         value = compute()

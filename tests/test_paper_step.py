@@ -178,18 +178,6 @@ def test_device_path_equals_the_host_path(monkeypatch: pytest.MonkeyPatch) -> No
         assert abs(device_terms[name] / host_terms[name] - 1.0) < 1e-12, name
 
 
-def test_other_methods_keep_the_autograd_step_under_the_route() -> None:
-    task = _task(20, 20, 6, seed=3)
-    for method in ("imma", "opt_kappa"):
-        cfg = table2_config("paper", method, {"extra.spectral_route": "closed_form"})
-        dense_cfg = table2_config("paper", method)
-        proto, dense_proto = make_protocol(task, cfg, "cpu"), make_protocol(task, dense_cfg, "cpu")
-        p, q = proto.init_params(0, method == "imma"), dense_proto.init_params(0, method == "imma")
-        g, _ = step_gradients(proto, p, proto._full.for_step(), cfg)
-        h, _ = step_gradients(dense_proto, q, dense_proto._full.for_step(), dense_cfg)
-        assert torch.equal(g[id(p.theta)], h[id(q.theta)])
-
-
 def test_closed_form_needs_a_positive_ridge() -> None:
     cfg = table2_config("paper", "rill_only", {"extra.spectral_route": "closed_form", "ridge_H": 0.0})
     proto = make_protocol(_task(8, 8, 4, seed=0), cfg, "cpu")
@@ -200,6 +188,14 @@ def test_closed_form_needs_a_positive_ridge() -> None:
 def test_route_is_refused_by_the_official_protocol() -> None:
     cfg = table2_config("official", "ours", {"extra.spectral_route": "closed_form"})
     with pytest.raises(ValueError, match="spectral_route 'closed_form' is not implemented for the 'official'"):
+        make_protocol(_task(8, 8, 4, seed=0), cfg, "cpu")
+
+
+@pytest.mark.parametrize("method", ["opt_kappa", "imma"])
+def test_route_is_refused_for_the_methods_it_does_not_implement(method: str) -> None:
+    """Opt kappa and IMMA have no closed-form Alg. 1 step: the route is refused, not run as the dense step."""
+    cfg = table2_config("paper", method, {"extra.spectral_route": "closed_form"})
+    with pytest.raises(ValueError, match=f"implements the methods \\('ours', 'rill_only'\\), not '{method}'"):
         make_protocol(_task(8, 8, 4, seed=0), cfg, "cpu")
 
 

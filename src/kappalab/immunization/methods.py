@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from kappalab.errors import DegenerateSpectrumWarning
 
 from .config import MethodConfig
-from .paper_step import CLOSED_FORM_METHODS, closed_form_gradients
+from .paper_step import closed_form_gradients
 from .protocols import Batch, Params, Protocol, Term, make_protocol
 from .task import LinearTask
 
@@ -130,7 +130,7 @@ def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig, 
     each run's own gradient (the runs share no parameter). Route "closed_form" (paper protocol, Ours and R_ill
     Only): :func:`kappalab.immunization.paper_step.closed_form_gradients` (that route has no autograd twin; its
     reference is route "dense")."""
-    if proto.route == "closed_form" and cfg.method in CLOSED_FORM_METHODS:
+    if proto.route == "closed_form":  # the protocol admits it for Ours and R_ill Only only (route_problem)
         return closed_form_gradients(proto, p, batch, cfg)
     from . import official_step  # imports Term's helpers from this module
     if closed_form and official_step.applies(proto, batch, cfg):

@@ -24,8 +24,8 @@ training loop, or an error).
 Not equal to the dense route to the last bits: the dense route's Cholesky solve with ``K + ridge I`` amplifies the
 rounding of the gradient by the condition number ``lambda_max(K) / ridge`` (~2e9 on Table 2's full-MNIST pairs: a
 product-order change moves its result by ~1e-7 relative); the weights from X's SVD do not. So the route is a config
-choice and part of a run's identity. Methods without regularizer terms (IMMA, Opt kappa) have nothing to replace:
-under this route they take the autograd step unchanged.
+choice and part of a run's identity. Methods without Eq. 11's regularizer terms (IMMA, Opt kappa) are refused under
+this route (:func:`kappalab.immunization.protocols.route_problem`), not run as the dense step under its name.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from kappalab.gram import regularizers_from_data
 from kappalab.linear import covariance_factor, ridge_weights
 
 from .config import MethodConfig
-from .protocols import Batch, Params, Protocol, Term
+from .protocols import Batch, PaperProtocol, Params, Protocol, Term
 
-#: the methods whose step this module computes (Eq. 11's terms)
-CLOSED_FORM_METHODS: tuple[str, ...] = ("ours", "rill_only")
+#: the methods whose step this module computes (Eq. 11's terms; declared with the protocol's routes)
+CLOSED_FORM_METHODS: tuple[str, ...] = PaperProtocol.route_methods["closed_form"]
 
 #: Eq. 11's regularizer terms: name, weight field, task, the extreme the gradient needs, the FromData fields
 _REGULARIZERS = (("R_well", "lambda_P", "P", "max", "r_well", "grad_well"),

@@ -129,6 +129,8 @@ class Protocol:
 
     name = "base"
     routes: tuple[str, ...] = ("dense",)  #: the spectral routes this protocol implements
+    #: routes implemented for some methods only: route -> those methods (:func:`route_problem`)
+    route_methods: dict[str, tuple[str, ...]] = {}
     precondition_side = "input"
     kappa_definition = "pinv"
     has_bias = False
@@ -142,11 +144,9 @@ class Protocol:
         self.rank_rtol = cfg.get("rank_rtol", None)
         self.on_degenerate = cfg.get("on_degenerate", "warn")
         self.route = cfg.get("spectral_route", "dense")
-        if self.route not in SPECTRAL_ROUTES:
-            raise ValueError(f"cfg.extra['spectral_route'] must be one of {SPECTRAL_ROUTES}, got {self.route!r}")
-        if self.route not in self.routes:
-            raise ValueError(f"spectral_route {self.route!r} is not implemented for the {self.name!r} protocol; use "
-                             f"one of {self.routes}")
+        problem = route_problem(type(self), cfg.method, self.route)
+        if problem is not None:
+            raise ValueError(problem)
 
     def feature_space(self, batch: Batch) -> bool:
         """True when theta's gradient is assembled from the features' on this batch: route "features" and both
@@ -368,6 +368,7 @@ class PaperProtocol(Protocol):
 
     name = "paper"
     routes = ("dense", "closed_form")
+    route_methods = {"closed_form": ("ours", "rill_only")}  #: immunization.paper_step (Eq. 11's terms)
     precondition_side = "input"
     kappa_definition = "pinv"
     has_bias = False
@@ -472,6 +473,22 @@ def addmm(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, *, beta: float = 1.
 
 
 PROTOCOL_CLASSES: dict[str, type[Protocol]] = {"paper": PaperProtocol, "official": OfficialProtocol}
+
+
+def route_problem(protocol: str | type[Protocol], method: str, route: str) -> str | None:
+    """Why ``extra.spectral_route = route`` cannot train ``method`` under ``protocol`` (a name of
+    :data:`PROTOCOL_CLASSES` or a class), or None when it can: checked by every :class:`Protocol` and, before any
+    run, by the command line."""
+    cls = PROTOCOL_CLASSES[protocol] if isinstance(protocol, str) else protocol
+    if route not in SPECTRAL_ROUTES:
+        return f"cfg.extra['spectral_route'] must be one of {SPECTRAL_ROUTES}, got {route!r}"
+    if route not in cls.routes:
+        return f"spectral_route {route!r} is not implemented for the {cls.name!r} protocol; use one of {cls.routes}"
+    methods = cls.route_methods.get(route)
+    if methods is not None and method not in methods:
+        return (f"spectral_route {route!r} of the {cls.name!r} protocol implements the methods {methods}, not "
+                f"{method!r}; use 'dense'")
+    return None
 
 
 def make_protocol(task: LinearTask, cfg: MethodConfig, device: str) -> Protocol:

@@ -156,6 +156,17 @@ def spectral_route(plan: SweepPlan) -> str:
     return routes.pop()
 
 
+def check_routes(plan: SweepPlan) -> None:
+    """Each planned method's ``extra.spectral_route`` is one its protocol implements for it (a ValueError naming
+    ``--set`` otherwise), before any run starts."""
+    from kappalab.immunization.protocols import route_problem
+
+    for method in plan.methods:
+        problem = route_problem(plan.protocol, method, plan.config(method).get("spectral_route", "dense"))
+        if problem is not None:
+            raise ValueError(f"--set: {problem}")
+
+
 def select_records(plan: SweepPlan, keys: set[str]) -> tuple[list[dict[str, Any]], bool]:
     """The stored records the report covers, and whether the store is a legacy one.
 
@@ -212,6 +223,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         plan = plan_from_args(args)
+        check_routes(plan)
         shard = check_modes(args, plan)
     except ValueError as error:  # parse_pairs / parse_ints / parse_shard name their argument
         raise UsageError(str(error)) from None

@@ -131,7 +131,7 @@ def _imma_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig,
 
     lr = float(cfg.get("inner_lr"))
     Phi = _features(p, stacked_inputs(batch, ["P", "H"]), ["P", "H"], batch.X_P.shape[-2])
-    C_PH, C_HH = proto._inner_kernel(batch, "P"), proto._inner_kernel(batch, "H")
+    C_PH, C_HH = proto.inner_kernel(batch, "P"), proto.inner_kernel(batch, "H")
     w_P, w_H = p.w_P, p.w_H
     z = proto.logits(Phi["H"], w_H)
     g, h = proto.loss_of_logits_grad(z, batch.y_H), proto.loss_of_logits_curvature(z)

@@ -234,7 +234,7 @@ class Protocol:
         outer loss backpropagates through them). Route "features": in feature space (module docstring)."""
         if self.feature_space(batch):
             Phi_P, Phi_H = self.batch_features(p, batch, "P"), self.batch_features(p, batch, "H")
-            C_PH, C_HH = self._inner_kernel(batch, "P"), self._inner_kernel(batch, "H")
+            C_PH, C_HH = self.inner_kernel(batch, "P"), self.inner_kernel(batch, "H")
             for _ in range(steps):
                 inner = self.supervised_loss(Phi_H, p.w_H, batch.y_H)
                 (M,) = torch.autograd.grad(inner.sum(), [Phi_H], create_graph=True)  # sum over stacked runs
@@ -249,7 +249,7 @@ class Protocol:
             bias = bias - lr * grads[1] if bias is not None else None
         return self.features(p, batch.X_P, theta, bias), self.features(p, batch.X_H, theta, bias)
 
-    def _inner_kernel(self, batch: Batch, which: str) -> torch.Tensor:
+    def inner_kernel(self, batch: Batch, which: str) -> torch.Tensor:
         """``X_which X_H^T`` (+ 1 when the model has a bias): how a gradient step on the harmful batch moves the
         features of task ``which``; cached per batch."""
         key = "inner_kernel_" + which

@@ -1,0 +1,69 @@
+"""benchmarks/sweep_products.py on a tiny store: the step counts it reads, the ratios it reports, its bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import sweep_products  # noqa: E402
+
+SCRIPT = Path(__file__).parent / "sweep_products.py"
+
+
+def _store(folder: Path, runs: list[tuple[str, int]], protocol: str = "official", pool: int = 1) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "runs_official.jsonl", "w") as f:
+        for i, (method, steps) in enumerate(runs):
+            f.write(json.dumps({"key": f"{protocol}.{method}.{i}", "params": {"protocol": protocol, "method": method,
+                                                                                "pool": pool},
+                                "result": {"n_steps": steps}}) + "\n")
+    return folder
+
+
+def test_steps_by_tasks_counts_two_tasks_for_every_method_but_rill_only(tmp_path: Path) -> None:
+    store = _store(tmp_path, [("ours", 7), ("rill_only", 5), ("imma", 3), ("opt_kappa", 2), ("rill_only", 1)])
+    steps, runs, total = sweep_products.steps_by_tasks(store / "runs_official.jsonl")
+    assert dict(steps) == {2: 12, 1: 6}
+    assert (runs, total) == (5, 18)
+
+
+def test_report_ratios_from_its_own_timings(tmp_path: Path) -> None:
+    store = _store(tmp_path / "s", [("ours", 4), ("rill_only", 4)])
+    out = tmp_path / "r.json"
+    assert sweep_products.main([str(store), "--wall-s", "100", "--workers", "1", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["steps_by_tasks"] == {"2": 4, "1": 4}
+    assert r["wall_over_products_strict"] == pytest.approx(100 / r["products_strict_s"])
+    # the issue's count (4 GEMMs a step for every method) is the two-task step time times all steps
+    assert r["products_uniform_s"] > r["products_strict_s"] > 0
+    assert r["products_and_adam_s"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--wall-s", "0"], "--wall-s must be > 0"),
+    (["--wall-s", "10", "--sample", "1.5"], "--sample must be in (0, 1]"),
+    (["--wall-s", "10", "--workers", "0"], "--workers must be >= 1"),
+])
+def test_bad_input_is_one_line_status_2(tmp_path: Path, args: list[str], message: str) -> None:
+    store = _store(tmp_path, [("ours", 1)])
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(store), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(message)
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("store_kind, message", [("missing", "store: no "), ("paper", "is not an official-protocol")])
+def test_bad_store_is_one_line_status_2(tmp_path: Path, store_kind: str, message: str) -> None:
+    folder = tmp_path / "s" if store_kind == "missing" else _store(tmp_path / "s", [("ours", 1)], protocol="paper")
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(folder), "--wall-s", "10"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr

@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
+    if runs == 0:
+        print(f"store: {store} holds no run", file=sys.stderr)
+        return 2
     seconds: dict[str, dict[int, float]] = {"products": {}, "adam": {}}
     for what in seconds:
         for tasks in sorted(steps):
@@ -131,8 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         "workers": args.workers, "sample": args.sample, "wall_s": args.wall_s, "products_strict_s": strict,
         "wall_over_products_strict": args.wall_s / strict,
         "products_and_adam_s": floor, "products_and_adam_over_products_strict": floor / strict,
-        "gemm_gflops_one_thread": gemm_rate("cpu"),
     }
+    import torch
+
+    torch.set_num_threads(1)  # the rate of one of the sweep's single-threaded workers, alone
+    out["gemm_gflops_one_thread"] = gemm_rate("cpu")
     if per_step_2 is not None:  # the count: 4 GEMMs per step for every method
         uniform = per_step_2 * total_steps
         out.update({"products_uniform_s": uniform, "wall_over_products_uniform": args.wall_s / uniform,

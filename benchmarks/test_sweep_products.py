@@ -59,9 +59,12 @@ def test_bad_input_is_one_line_status_2(tmp_path: Path, args: list[str], message
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("store_kind, message", [("missing", "store: no "), ("paper", "is not an official-protocol")])
+@pytest.mark.parametrize("store_kind, message", [("missing", "store: no "), ("paper", "is not an official-protocol"),
+                                                 ("empty", "holds no run")])
 def test_bad_store_is_one_line_status_2(tmp_path: Path, store_kind: str, message: str) -> None:
-    folder = tmp_path / "s" if store_kind == "missing" else _store(tmp_path / "s", [("ours", 1)], protocol="paper")
+    runs = {"missing": None, "paper": [("ours", 1)], "empty": []}[store_kind]
+    folder = tmp_path / "s" if runs is None else _store(tmp_path / "s", runs,
+                                                        protocol="paper" if store_kind == "paper" else "official")
     proc = subprocess.run([sys.executable, str(SCRIPT), str(folder), "--wall-s", "10"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2

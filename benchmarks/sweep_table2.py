@@ -2,7 +2,7 @@
 unavoidable float64 products measured in the same sitting.
 
     python benchmarks/sweep_table2.py [--device cpu|cuda] [--data subset|mnist --data-dir DIR] [--runs N]
-        [--batch-size R] [--epochs E] [--check-single K] [--json OUT]
+        [--batch-size R] [--epochs E] [--check-single K] [--threads T] [--json OUT]
 
 Jobs: Table 2's 90 ordered pairs x 4 methods x seeds (0, 1, 2), seed-major with the methods interleaved (the
 sweep's order), the first ``--runs`` of them (default: all 1080). Runs with equal config and data shapes are trained
@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="start no new batch after this many seconds; the report then says how many runs were "
                              "timed and extrapolates the rest")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch's CPU threads for everything timed (default 1, the sweep's workers' setting)")
     parser.add_argument("--json", default=None, help="write the measurements here")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda"):
@@ -126,11 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         print("--data-dir needs --data mnist", file=sys.stderr)
         return 2
     dataset = "mnist" if args.data == "mnist" else "mnist-subset"
-    for name in ("runs", "batch_size", "epochs"):
+    for name in ("runs", "batch_size", "epochs", "threads"):
         value = getattr(args, name)
         if value is not None and value < 1:
             print(f"--{name.replace('_', '-')} must be >= 1, got {value}", file=sys.stderr)
             return 2
+    torch.set_num_threads(args.threads)
     jobs = jobs_of((0, 1, 2))[:args.runs]
     cfgs = {m: table2_config("official", m) for m in METHODS}
     if args.epochs:

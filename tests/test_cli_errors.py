@@ -132,10 +132,13 @@ def test_ctrl_c_stops_every_worker_and_says_how_to_resume(tmp_path: Path) -> Non
     proc = subprocess.Popen([sys.executable, "-m", "kappalab.cli", "reproduce", "table1", "--quick", "--out",
                              str(out), "--workers", "2", "--epochs", "200"], cwd=tmp_path, env=_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    store = out / "runs_paper.jsonl"
     deadline = time.monotonic() + 120
-    while not (out / "runs_paper.jsonl.lock").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(3.0)  # the pool is up and training
+    # the first run stored: the workers are up and training (each has made its tqdm bars, whose lock once left a
+    # "leaked semaphore" warning after the last line when the pool terminated them)
+    while not (store.exists() and store.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr

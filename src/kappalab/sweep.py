@@ -129,8 +129,18 @@ def limit_threads(n: int = 1) -> None:
 
 
 def _init_worker(threads: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the pool
+    """A pool worker: Ctrl-C is the parent's (it terminates the pool), ``threads`` BLAS/torch threads, and tqdm
+    with a thread lock. tqdm's default lock is a multiprocessing semaphore registered with the resource tracker;
+    a worker terminated by the pool never unregisters it, and the tracker then printed "leaked semaphore objects"
+    after the sweep's last line (measured: almost every Ctrl-C once the workers train). A worker draws no bar of its
+    own (the parent draws the sweep's), so a thread lock is all it needs."""
+    import threading
+
+    from tqdm import tqdm
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit_threads(threads)
+    tqdm.set_lock(threading.RLock())
 
 
 def _eta(seconds: float) -> str:

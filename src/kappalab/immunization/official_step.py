@@ -135,7 +135,8 @@ def _imma_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig,
     w_P, w_H = p.w_P, p.w_H
     z = proto.logits(Phi["H"], w_H)
     g, h = proto.loss_of_logits_grad(z, batch.y_H), proto.loss_of_logits_curvature(z)
-    adapted = {"P": Phi["P"] - lr * _outer(_mv(C_PH, g), w_H), "H": Phi["H"] - lr * _outer(_mv(C_HH, g), w_H)}
+    CHg = _mv(C_HH, g)  # C_HH g: the harmful rows' move by the inner step (times w_H); used twice below
+    adapted = {"P": Phi["P"] - lr * _outer(_mv(C_PH, g), w_H), "H": Phi["H"] - lr * _outer(CHg, w_H)}
     z_P, z_H = proto.logits(adapted["P"], w_P), proto.logits(adapted["H"], w_H)
     loss_P, loss_H = proto.loss_of_logits(z_P, batch.y_P), proto.loss_of_logits(z_H, batch.y_H)
     g_P, g_H = proto.loss_of_logits_grad(z_P, batch.y_P), proto.loss_of_logits_grad(z_H, batch.y_H)
@@ -146,7 +147,7 @@ def _imma_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig,
     grads = {id(p.theta): theta_gradient(batch, ["P", "H"], Ms, theta_out),
              id(w_P): _mv(adapted["P"].mT, g_P),
              id(w_H): _mv(adapted["H"].mT, g_H) - lr * (wH2 * _mv(Phi["H"].mT, CHg_H * h)
-                                                        + (g_H * _mv(C_HH, g)).sum(dim=-1, keepdim=True) * w_H)}
+                                                        + (g_H * CHg).sum(dim=-1, keepdim=True) * w_H)}
     if p.bias is not None:
         grads[id(p.bias)] = Ms[0].sum(dim=-2) + Ms[1].sum(dim=-2)
     terms = [Term("outer", loss_P - loss_H, p.extractor()), Term("loss_P", loss_P, [w_P]),

@@ -102,6 +102,15 @@ def test_quick_end_to_end_resumes_and_reports(tmp_path: Path) -> None:
         assert again["rir"] == pytest.approx(r["result"]["gram"]["rir"], rel=1e-12)
         assert np.isfinite(r["result"]["evaluate"]["pinv"]["rir"]) and np.isfinite(r["result"]["evaluate"]["shifted"]["rir"])
         assert set(table2.PROBE_COLUMNS) <= set(r["result"]["probe"]["immunized"])  # quick probes its first pair
+        history = r["result"]["history"]  # the monitor's whole-task kappas (epoch 1 of 1) and each term per epoch
+        assert history["kappa_epoch"] == [1.0] and all(np.isfinite(history[k]).all() for k in history)
+        assert {"kappa_P", "kappa_H"} < set(history) and all(len(v) == 1 for v in history.values())
+        # the last monitored kappas are the shifted kappas of the immunized Hessians, which `evaluate` forms
+        # differently (theta_aug^T K_aug theta_aug vs Phi^T Phi, D = 49 < N): equal to first order in the rounding,
+        # i.e. within kappa * eps relative (kappa ~5e9 here; measured ~1e-8 apart)
+        for split in ("P", "H"):
+            other = r["result"]["evaluate"]["shifted"][f"kappa_{split}_immunized"]
+            assert history[f"kappa_{split}"][-1] == pytest.approx(other, rel=other * np.finfo(float).eps)
     # resume: nothing is redone
     plan = table2.plan_from_args(table2.build_parser().parse_args(args))
     again = table2.run_sweep(plan.jobs(), table2.run_one, store, progress=False)

@@ -46,7 +46,8 @@ from kappalab.linear import hessian
 from kappalab.regularizers import r_ill, r_well
 
 from .config import MethodConfig
-from .spectra import DEFAULT_SHIFT, SPECTRAL_ROUTES, FeatureGram, official_r1, official_r2, torch_kappa
+from .spectra import (DEFAULT_SHIFT, SPECTRAL_ROUTES, FeatureGram, features_lambda_max, gram_shifted_kappa,
+                      official_r1, official_r2, torch_kappa)
 from .task import LinearTask
 
 
@@ -405,6 +406,23 @@ class OfficialProtocol(Protocol):
 
     def reg_ill(self, S):
         return official_r2(S, self.shift)
+
+    @torch.no_grad()
+    def monitor(self, p: Params) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`Protocol.monitor`; on the gram and features routes, a task of fewer rows than features has the
+        gram route's shifted kappa ``(lambda_max + shift) / shift``, whose ``lambda_max`` comes from
+        :func:`~kappalab.immunization.spectra.features_lambda_max` (Lanczos with theta and X, residual-checked;
+        the features, their Gram matrix and its ``eigvalsh`` when it does not converge)."""
+        if self.route == "dense":
+            return super().monitor(p)
+        kappas = []
+        for which in ("P", "H"):
+            X = self._full.X(which)
+            lam = None if X.shape[-2] >= self.D else features_lambda_max(X, p.theta, p.bias)
+            kappas.append(gram_shifted_kappa(lam, self.shift) if lam is not None else
+                          torch_kappa(self.gram(p, self._full.for_step(), which), self.kappa_definition,
+                                      rtol=self.rank_rtol, shift=self.shift))
+        return kappas[0], kappas[1]
 
 
 def _woodbury_factor(X: torch.Tensor, ridge: float, cache: dict | None, key: str) -> torch.Tensor:

@@ -36,7 +36,8 @@ KappaDefinition = Literal["pinv", "shifted"]
 __all__ = ["DEFAULT_SHIFT", "KappaDefinition", "kappa", "kappa_shifted", "torch_kappa", "official_r1", "official_r2",
            "FeatureGram", "gram_extremes_shifted", "SPECTRAL_ROUTES", "torch_extremes", "kappa_of_extremes",
            "official_r2_of_extremes", "extremes_of_gram_spectrum", "top_projector", "official_r1_coefficient",
-           "official_r2_coefficient", "shifted_kappa_coefficient"]
+           "official_r2_coefficient", "shifted_kappa_coefficient", "gram_shifted_kappa",
+           "features_lambda_max"]
 
 
 def kappa(H: object, definition: KappaDefinition, *, rtol: float | None = None,
@@ -89,7 +90,9 @@ def torch_kappa(S, definition: KappaDefinition, *, rtol: float | None = None, sh
     if isinstance(S, FeatureGram):
         if definition != "shifted":
             raise ValueError(f"the gram route implements the 'shifted' kappa only, got {definition!r}")
-        return kappa_of_extremes(gram_extremes_shifted(S, shift))
+        import torch
+
+        return gram_shifted_kappa(torch.linalg.eigvalsh(S.G)[..., -1], shift)
     if S.ndim > 2:  # a stack of runs (the batched engine): one kappa per run, the same eigenvalues and kept set
         return kappa_of_extremes(torch_extremes(S, definition, rtol=rtol, shift=shift))
     if definition == "pinv":
@@ -202,6 +205,65 @@ def extremes_of_gram_spectrum(lam, F: FeatureGram, shift: float = DEFAULT_SHIFT,
     k = torch.full((), D if rank is None else rank, dtype=torch.int64, device=G.device)
     return Extremes(s_max=s_max, u_max=None, v_max=None, s_2=s_2, s_min=const(shift), u_min=None, v_min=None,
                     s_km1=const(shift), rank=k, fro2=(G * G).sum(dim=(-2, -1)), p=D, threshold=const(shift))
+
+
+def gram_shifted_kappa(lam_max, shift: float = DEFAULT_SHIFT):
+    """The gram route's shifted kappa of ``S = Phi^T Phi`` from ``lambda_max(G)`` alone: ``s_max / s_min`` with
+    ``s_max = lambda_max + shift`` and ``s_min = shift`` (:func:`gram_extremes_shifted`), i.e.
+    ``(lambda_max + shift) / shift``; :func:`torch_kappa` of a :class:`FeatureGram`."""
+    return (lam_max + shift) / shift
+
+
+#: :func:`features_lambda_max`: the accepted relative residual of the top Ritz pair, the Lanczos steps between two
+#: convergence checks (each reads one flag on the host) and the most steps before it gives up
+LANCZOS_RTOL, LANCZOS_CHECK_EVERY, LANCZOS_MAX_STEPS = 1e-12, 5, 60
+
+
+def features_lambda_max(X, theta, bias=None, *, rtol: float = LANCZOS_RTOL, max_steps: int = LANCZOS_MAX_STEPS):
+    """``lambda_max(S)`` for ``S = Phi^T Phi``, ``Phi = X theta (+ 1 b^T)`` (one value per stacked run), without
+    forming Phi, S or the Gram matrix: Lanczos on ``v -> Phi^T (Phi v)`` (products with theta and X only, ~4
+    ``D x D``-sized matrix-vector products a step instead of the ``N x D x D`` features product, the ``N x D x N``
+    Gram and an ``N x N`` ``eigvalsh``), with full reorthogonalization, from a fixed pseudo-random start vector.
+
+    Accepted when, for every run, the top Ritz pair ``(t, y)`` has the residual ``||S y - t y|| <= rtol * t``
+    (read from the tridiagonal matrix every :data:`LANCZOS_CHECK_EVERY` steps): ``t <= lambda_max`` (a Rayleigh
+    quotient) and some eigenvalue of S lies within the residual of ``t``, which is ``lambda_max`` unless the start
+    vector is orthogonal to its eigenspace (probability zero for the random start); the error is then about
+    ``residual^2 / gap`` (~1e-16 relative, measured). Returns None when the residual is not reached within
+    ``max_steps`` steps (a top eigenvalue nearly repeated) or the Krylov space becomes invariant first (rank(S) at
+    most the steps taken): the caller then takes the dense eigensolver."""
+    import torch
+
+    D, lead = theta.shape[-1], theta.shape[:-2]
+    start = torch.randn(D, 1, generator=torch.Generator().manual_seed(0), dtype=theta.dtype).to(theta.device)
+    Q = [(start / torch.linalg.vector_norm(start)).expand(*lead, D, 1)]
+    alphas, betas = [], []
+
+    def S_times(v):
+        u = X @ (theta @ v)  # Phi v
+        if bias is not None:
+            u = u + bias.unsqueeze(-2) @ v
+        w = theta.mT @ (X.mT @ u)  # Phi^T u
+        return w if bias is None else w + bias.unsqueeze(-1) * u.sum(dim=-2, keepdim=True)
+
+    for step in range(1, max_steps + 1):
+        w = S_times(Q[-1])
+        alphas.append((Q[-1] * w).sum(dim=(-2, -1)))
+        basis = torch.cat(Q, dim=-1)
+        for _ in range(2):  # full reorthogonalization, twice ("twice is enough")
+            w = w - basis @ (basis.mT @ w)
+        betas.append(torch.linalg.vector_norm(w, dim=(-2, -1)))
+        if step % LANCZOS_CHECK_EVERY == 0 or step == max_steps:
+            a, b = torch.stack(alphas, dim=-1), torch.stack(betas, dim=-1)
+            T = torch.diag_embed(a) + torch.diag_embed(b[..., :-1], 1) + torch.diag_embed(b[..., :-1], -1)
+            ritz, vecs = torch.linalg.eigh(T)
+            top = ritz[..., -1]
+            if bool((b[..., :-1] <= rtol * top.unsqueeze(-1)).any()):
+                return None  # an (almost) invariant Krylov space: the later vectors carry no information
+            if bool((b[..., -1] * vecs[..., -1, -1].abs() <= rtol * top).all()):
+                return top
+        Q.append(w / betas[-1].clamp_min(torch.finfo(w.dtype).tiny)[..., None, None])  # 0 / tiny = 0 if S v = 0
+    return None
 
 
 def _shifted_extremes(S, shift: float, rank: int | None = None) -> Extremes:

@@ -51,7 +51,8 @@ def finish(params: dict[str, Any], task: LinearTask, run: ImmunizationRun, train
            ) -> dict[str, Any]:
     """What both engines do after training: store the run's spectra, evaluate it, probe it (when asked); returns
     the record's ``result``, which names the ``engine`` that trained it (``train_s``: its training time; a batch's
-    time divided by its runs)."""
+    time divided by its runs) and keeps its training ``history`` (the whole-task kappas at the config's
+    ``monitor_every`` epochs and each term's value per epoch: :attr:`ImmunizationRun.history`)."""
     from kappalab.immunization import evaluate
 
     start = time.perf_counter()
@@ -70,7 +71,7 @@ def finish(params: dict[str, Any], task: LinearTask, run: ImmunizationRun, train
         "degenerate_count": run.degenerate_count, "spectra_file": f"spectra/{params['key']}.npz",
         "config_source": list(cfg.source), "data_label": task.data_label,
         "spectral_route": cfg.get("spectral_route"), "spectra": SPECTRA_METHOD,
-        "engine": engine, "engine_notes": list(run.notes),
+        "engine": engine, "engine_notes": list(run.notes), "history": run.history,
     }
     if params["probe"]:
         result["probe"] = probe_measures(theta, run.bias, task.X_P, task.X_H, a, b, seed, directory, pool, dataset)

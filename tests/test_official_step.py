@@ -218,8 +218,9 @@ def test_kept_identity_block_gives_the_same_bits() -> None:
     theta, bias = rng.uniform(-0.04, 0.04, (784, 784)), rng.uniform(-0.04, 0.04, 784)
     _IDENTITY.clear()
     fresh = evaluate(theta, task, bias=bias)
-    # H(I), its spectrum, its shifted kappa at the shift and at 0.1 and 10 times it (the sensitivity block)
-    assert len(_IDENTITY) == 2 and all(len(e) == 5 for e in _IDENTITY.values())
+    # H(I), its spectrum, its shifted kappa at the shift and at 0.1 and 10 times it (the sensitivity block), and the
+    # augmented covariance [X 1]^T [X 1] of the immunized Hessian
+    assert len(_IDENTITY) == 2 and all(len(e) == 6 for e in _IDENTITY.values())
     kept = evaluate(theta, task, bias=bias)  # served from the block
     assert json.dumps(kept, sort_keys=True) == json.dumps(fresh, sort_keys=True)
     other = _task(2, 3, 0, rows=96)

@@ -10,6 +10,12 @@ import numpy as np
 Loss = Literal["mse", "bce"]
 
 
+def with_ones_column(X: np.ndarray, bias: bool) -> np.ndarray:
+    """``[X 1]`` when ``bias`` (a feature bias b enters as an extra row of theta: ``X theta + 1 b^T = [X 1]
+    [theta; b^T]``), else ``X``."""
+    return np.hstack([X, np.ones((X.shape[0], 1))]) if bias else X
+
+
 @dataclass(frozen=True)
 class LinearTask:
     """Data of one immunization problem for a linear extractor ``theta`` (``D x D``, ``f(x) = x^T theta``).

@@ -26,7 +26,7 @@ import numpy as np
 
 from kappalab.kappa import default_rtol, kappa_of_features, rir_terms
 
-from .task import LinearTask
+from .task import LinearTask, with_ones_column
 
 SPLIT_SEED = 20250713  #: the seed of the val/test row permutation (fixed: one split for every run)
 VIEWS = ("full", "val", "test")
@@ -45,10 +45,6 @@ def row_views(task: LinearTask) -> dict[str, dict[str, np.ndarray]]:
         out["val"][which] = np.sort(perm[: n // 2])
         out["test"][which] = np.sort(perm[n // 2:])
     return out
-
-
-def _augmented(X: np.ndarray, bias: bool) -> np.ndarray:
-    return np.hstack([X, np.ones((X.shape[0], 1))]) if bias else X
 
 
 @dataclass
@@ -76,8 +72,8 @@ def view_data(task: LinearTask, bias: bool = False) -> dict[str, ViewData]:
     out = {}
     for name, rows in row_views(task).items():
         X_P, y_P, X_H = task.X_P[rows["P"]], task.y_P[rows["P"]], task.X_H[rows["H"]]
-        Q_P, R_P = np.linalg.qr(_augmented(X_P, bias))
-        R_H = np.linalg.qr(_augmented(X_H, bias), mode="r")
+        Q_P, R_P = np.linalg.qr(with_ones_column(X_P, bias))
+        R_H = np.linalg.qr(with_ones_column(X_H, bias), mode="r")
         Qty = Q_P.T @ y_P
         out[name] = ViewData(R_P, R_H, Qty, float(y_P @ y_P - Qty @ Qty), X_P.shape[0], default_rtol(X_P),
                              default_rtol(X_H), float(kappa_of_features(X_P)), float(kappa_of_features(X_H)),

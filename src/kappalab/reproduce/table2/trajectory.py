@@ -25,6 +25,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from kappalab.immunization.task import with_ones_column
+
 from .spectra import feature_spectrum, rir_from_spectra
 
 PARTS = ("train", "validation", "test")
@@ -36,7 +38,7 @@ def _softplus(z: np.ndarray) -> np.ndarray:
 
 def _r_factor(X: np.ndarray, bias: bool) -> np.ndarray:
     """R of the thin QR of ``X`` (``[X 1]`` with a bias)."""
-    return np.linalg.qr(np.hstack([X, np.ones((len(X), 1))]) if bias else X, mode="r")
+    return np.linalg.qr(with_ones_column(X, bias), mode="r")
 
 
 def reduce_parts(parts: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], bias: bool = False

@@ -359,9 +359,11 @@ class Protocol:
     @torch.no_grad()
     def monitor(self, p: Params) -> tuple[torch.Tensor, torch.Tensor]:
         """kappa(H_P), kappa(H_H) on the whole task (protocol's definition), for the history."""
-        full = self._full.for_step()
-        return (torch_kappa(self.gram(p, full, "P"), self.kappa_definition, rtol=self.rank_rtol, shift=self.shift),
-                torch_kappa(self.gram(p, full, "H"), self.kappa_definition, rtol=self.rank_rtol, shift=self.shift))
+        return self.whole_task_kappa(p, "P"), self.whole_task_kappa(p, "H")
+
+    def whole_task_kappa(self, p: Params, which: str) -> torch.Tensor:
+        """:meth:`kappa` of task ``which``'s linear-probing Hessian on the whole task."""
+        return self.kappa(self.gram(p, self._full.for_step(), which))
 
 
 class PaperProtocol(Protocol):
@@ -396,7 +398,7 @@ class OfficialProtocol(Protocol):
     def gram(self, p, batch, which):
         """``S = Phi^T Phi`` (dense route, or N >= D), or its :class:`FeatureGram` (gram/features routes, N < D)."""
         Phi = self.batch_features(p, batch, which)
-        if self.route != "dense" and Phi.shape[-2] < Phi.shape[-1]:
+        if self.gram_side(Phi.shape[-2]):
             return FeatureGram(Phi)
         S = Phi.mT @ Phi
         return 0.5 * (S + S.mT)
@@ -407,22 +409,22 @@ class OfficialProtocol(Protocol):
     def reg_ill(self, S):
         return official_r2(S, self.shift)
 
-    @torch.no_grad()
-    def monitor(self, p: Params) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`Protocol.monitor`; on the gram and features routes, a task of fewer rows than features has the
-        gram route's shifted kappa ``(lambda_max + shift) / shift``, whose ``lambda_max`` comes from
-        :func:`~kappalab.immunization.spectra.features_lambda_max` (Lanczos with theta and X, residual-checked;
-        the features, their Gram matrix and its ``eigvalsh`` when it does not converge)."""
-        if self.route == "dense":
-            return super().monitor(p)
-        kappas = []
-        for which in ("P", "H"):
-            X = self._full.X(which)
-            lam = None if X.shape[-2] >= self.D else features_lambda_max(X, p.theta, p.bias)
-            kappas.append(gram_shifted_kappa(lam, self.shift) if lam is not None else
-                          torch_kappa(self.gram(p, self._full.for_step(), which), self.kappa_definition,
-                                      rtol=self.rank_rtol, shift=self.shift))
-        return kappas[0], kappas[1]
+    def gram_side(self, rows: int) -> bool:
+        """Whether ``S = Phi^T Phi`` of ``rows`` rows is taken from the ``rows x rows`` Gram side: the gram and
+        features routes with fewer rows than features (:meth:`gram`)."""
+        return self.route != "dense" and rows < self.D
+
+    def whole_task_kappa(self, p: Params, which: str) -> torch.Tensor:
+        """:meth:`Protocol.whole_task_kappa`; on the Gram side (:meth:`gram_side`) the gram route's shifted kappa
+        ``(lambda_max + shift) / shift`` with ``lambda_max`` from
+        :func:`~kappalab.immunization.spectra.features_lambda_max` (Lanczos with theta and X, residual-checked),
+        or, when that does not converge, the Gram matrix's ``eigvalsh`` as on every other path."""
+        X = self._full.X(which)
+        if self.gram_side(X.shape[-2]):
+            lam = features_lambda_max(X, p.theta, p.bias)
+            if lam is not None:
+                return gram_shifted_kappa(lam, self.shift)
+        return super().whole_task_kappa(p, which)
 
 
 def _woodbury_factor(X: torch.Tensor, ridge: float, cache: dict | None, key: str) -> torch.Tensor:

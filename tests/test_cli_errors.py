@@ -88,6 +88,8 @@ def _error_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "t2 route method": (t2 + ["--protocol", "paper", "--methods", "opt_kappa", "--set",
                                   "extra.spectral_route=closed_form", "--out", str(tmp / "o5")], "--set"),
         "t2 report without store": (t2 + ["--report-only", "--out", str(tmp / "none")], "--report-only"),
+        "t2 compare-with no store": (t2 + ["--compare-with", str(tmp / "none"), "--out", str(tmp / "o6")],
+                                     "--compare-with"),
         "t1 set unknown": (t1 + ["--set", "lamda_H=1"], "lamda_H"),
         "t1 set extra unknown": (t1 + ["--set", "extra.shfit=1"], "extra.shfit"),
         "t1 set bad value": (t1 + ["--set", "epochs=0"], "epochs"),
@@ -115,6 +117,7 @@ def test_every_user_error_is_one_line_and_status_2(tmp_path: Path) -> None:
         assert len(lines) == 1 and "Traceback" not in stderr, (name, stderr[-2000:])
         assert cases[name][1] in lines[0], (name, lines[0])
     assert not (tmp_path / "results").exists()  # no error case wrote results
+    assert not (tmp_path / "o6").exists()  # a missing --compare-with store is refused before the sweep runs
 
 
 def test_two_runs_on_one_store_are_refused(tmp_path: Path) -> None:

@@ -241,6 +241,9 @@ def main(argv: list[str]) -> int:
         return trajectory_main(args, plan)
     if args.etas is not None or args.every != 1:
         raise UsageError("--etas/--every: only with --trajectory")
+    other = None if args.compare_with is None else SweepPlan(**{**plan.__dict__, "out": args.compare_with})
+    if other is not None and not other.store_path.is_file():  # before any run, not after the sweep
+        raise UsageError(f"--compare-with: no store {other.store_path}")
     if args.report_only:
         if not plan.store_path.is_file():
             raise UsageError(f"--report-only: no store {plan.store_path}")
@@ -285,10 +288,7 @@ def main(argv: list[str]) -> int:
     result = write_report(plan, records, len(jobs), header)
     print(f"table2: report of {result['n_runs']}/{len(jobs)} runs in {plan.out}"
           + (" (a store written before run identities)" if legacy else ""))
-    if args.compare_with is not None:
-        other = SweepPlan(**{**plan.__dict__, "out": args.compare_with})
-        if not other.store_path.is_file():
-            raise UsageError(f"--compare-with: no store {other.store_path}")
+    if other is not None:
         comparison = reproducibility(plan, other)
         print(f"table2: {comparison['n_common']} runs compared with {other.store_path} "
               f"-> {plan.out / f'reproducibility_{plan.protocol}.md'}")

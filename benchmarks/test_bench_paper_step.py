@@ -2,7 +2,9 @@
 step (route "dense": two 784 x 784 ``eigh`` with vectors, autograd through them, Cholesky solves) against the
 closed-form step (route "closed_form", :mod:`kappalab.immunization.paper_step`), per step and per whole 30-step run
 (``pytest --benchmark-only -k paper_step``; one group per method and one for the runs, so pytest-benchmark prints
-the ratios from one run). One BLAS thread (``--bench-threads``).
+the ratios from one run). One BLAS thread (``--bench-threads``). The runs' group also times each closed-form run's
+floor (``test_paper_floor``): the arithmetic its algorithm cannot skip, X's factor for each task it uses and 30 steps
+of the task's four products, nothing else (no spectrum, loss, optimizer or monitor).
 
 Checked before timing (a fast wrong step cannot pass): the unpreconditioned gradients of the two routes to 1e-10
 relative, the preconditioned ones to 1e-6 (the dense route's Cholesky solve with K + 1e-3 I, condition ~2e9, moves
@@ -21,8 +23,11 @@ from threadpoolctl import threadpool_limits
 torch = pytest.importorskip("torch")
 
 from kappalab.errors import DegenerateSpectrumWarning  # noqa: E402
+from kappalab.gram import _syrk  # noqa: E402
 from kappalab.immunization import LinearTask, immunize  # noqa: E402
 from kappalab.immunization.methods import step_gradients  # noqa: E402
+from kappalab.immunization.paper_step import factor  # noqa: E402
+from kappalab.linear import covariance_factor, ridge_weights  # noqa: E402
 from kappalab.immunization.protocols import make_protocol  # noqa: E402
 from kappalab.reproduce.table2 import table2_config  # noqa: E402
 from kappalab.reproduce.table2.spectra import feature_spectrum, rir_from_spectra, run_spectra  # noqa: E402
@@ -38,6 +43,9 @@ def pair01() -> LinearTask:
 
     splits = pair_splits(load_digits("mnist"), load_digits("mnist", split="test"), 0, 1, 0)
     X_P, X_H = splits.arrays("train")
+    # torch imports its compiler stack (~1.6 s here) when a process builds its first optimizer: paid here, not by
+    # whichever timed run comes first (with -k paper_run, the dense run of Ours)
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
     return LinearTask(X_P, np.zeros(len(X_P)), X_H, np.ones(len(X_H)), "bce", "mnist/0-1/train", "pair 0-1")
 
 
@@ -114,3 +122,39 @@ def test_paper_run(benchmark, pair01: LinearTask, threads: int, method: str, rou
         closed, dense = _RUNS[(method, "closed_form")], _RUNS[(method, "dense")]
         for m in ("term_i", "term_ii", "rir"):
             assert abs(closed[m] / dense[m] - 1.0) < 1e-7, (method, m)
+
+
+#: the tasks whose regularizer the closed-form step of a method computes (Ours: R_well on P, R_ill on H)
+FLOOR_TASKS = {"ours": ("P", "H"), "rill_only": ("H",)}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_paper_floor(benchmark, pair01: LinearTask, threads: int, method: str) -> None:
+    """The floor of a closed-form run (module docstring): per used task, the factor ``(s, X_f)`` of X
+    (:func:`~kappalab.linear.covariance_factor`) and 30 times the step's products of
+    :func:`kappalab.gram.regularizers_from_data` (``F = X_f theta``, ``F F^T`` by ``syrk``, ``(F F^T) F``,
+    ``X_f^T diag(w) (...)``). A whole run of the route cannot take less; dense / floor bounds its speed-up."""
+    cfg = table2_config("paper", method, {"extra.spectral_route": "closed_form"})
+    proto, p, _ = _setup(pair01, method, "closed_form")
+    theta = p.theta.detach().numpy()
+    batch = proto._full.for_step()
+
+    def floor() -> dict[str, np.ndarray]:
+        factors = {}
+        for which in FLOOR_TASKS[method]:
+            s, Wt = covariance_factor(batch.X(which).detach().numpy())
+            factors[which] = Xf = s[:, None] * Wt
+            w = ridge_weights(s, proto.ridge(which))
+            for _ in range(cfg.epochs):
+                F = Xf @ theta
+                Xf.T @ (w[:, None] * (_syrk(F, outer=True) @ F))
+        return factors
+
+    with threadpool_limits(limits=threads):
+        torch.set_num_threads(threads)
+        benchmark.group = "paper run (Alg. 1, 30 steps, D = 784)"
+        factors = benchmark.pedantic(floor, rounds=1, iterations=1)
+        benchmark.extra_info.update({"route": "floor of closed_form", "method": method, "threads": threads,
+                                     "rank_X": {w: int(x.shape[0]) for w, x in factors.items()}})
+    for which, Xf in factors.items():  # the factors the closed-form step trains with, at the sizes timed
+        assert np.array_equal(Xf, factor(batch, which)[1]) and Xf.shape[1] == theta.shape[0] == 784

@@ -176,7 +176,7 @@ SIDE_BY_SIDE = {(1, 10): ("official", "runs.jsonl"), (2, 10): ("official_ddp2", 
 def side_by_side_rows() -> list[str]:
     """The rows of table1.md's 1- vs 2-process table, recomputed from the stores' run records: per method, then
     per (epochs, processes), the pinv (i), (ii), RIR and the shifted RIR (mean ± std over the seeds)."""
-    from kappalab.reproduce.table1 import LABELS, ORDER
+    from kappalab.reproduce.table1_constants import LABELS, ORDER
     from kappalab.results import format_mean_std, mean_std
 
     runs = {}

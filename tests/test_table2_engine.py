@@ -75,7 +75,8 @@ def test_engines_give_the_same_records_under_their_own_keys(stores) -> None:
 def test_the_auto_rule_and_the_identity_rule() -> None:
     """auto: batched only for the official protocol on CUDA with fewer batch rows than features; the engine enters
     every batched run's identity."""
-    from kappalab.reproduce.table2.engine import choose_engine, identity_options
+    from kappalab.reproduce.table2.engine import choose_engine
+    from kappalab.reproduce.table2.run import identity_options
 
     parse = table2.build_parser().parse_args
     plan = lambda *args: table2.plan_from_args(parse(["--data", "mnist-subset", *args]))

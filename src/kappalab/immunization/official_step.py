@@ -31,7 +31,8 @@ import torch
 from kappalab.regularizers import r_well_from_extremes
 
 from .config import MethodConfig
-from .protocols import Batch, OfficialProtocol, Params, Protocol, addmm
+from .features_route import stacked_inputs, theta_gradient
+from .protocols import Batch, OfficialProtocol, Params, Protocol, Term, addmm
 from .spectra import (FeatureGram, extremes_of_gram_spectrum, kappa_of_extremes, official_r1_coefficient,
                       official_r2_coefficient, official_r2_of_extremes, shifted_kappa_coefficient, top_projector)
 
@@ -54,8 +55,6 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
     """:func:`~kappalab.immunization.methods.step_gradients` of one step where :func:`applies` (module docstring):
     the gradient per tensor (keyed by ``id``; theta's written into ``theta_out`` when given) and the step's terms
     (values detached)."""
-    from .methods import Term, stacked_inputs, theta_gradient  # methods imports this module inside step_gradients
-
     if cfg.method == "imma":
         return _imma_gradients(proto, p, batch, cfg, theta_out)
     pre = bool(cfg.get("precondition", True))
@@ -127,8 +126,6 @@ def _imma_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig,
     ``dPhi_H = -g_H* w_H^T - lr (r o h) w_H^T`` with ``r = (w_P . w_H) C_PH^T g_P* - |w_H|^2 C_HH^T g_H*``; the
     heads: ``dw_P = Phi_P*^T g_P*`` and ``dw_H = Phi_H*^T g_H* - lr (|w_H|^2 Phi_H^T ((C_HH^T g_H*) o h) +
     (g_H*^T C_HH g) w_H)`` (L_H* depends on w_H through the inner step too)."""
-    from .methods import Term, stacked_inputs, theta_gradient
-
     lr = float(cfg.get("inner_lr"))
     Phi = _features(p, stacked_inputs(batch, ["P", "H"]), ["P", "H"], batch.X_P.shape[-2])
     C_PH, C_HH = proto.inner_kernel(batch, "P"), proto.inner_kernel(batch, "H")

@@ -31,6 +31,8 @@ from kappalab.immunization.trajectory import identity_losses
 from kappalab.reproduce.identity import sha256_arrays
 from kappalab.results import MEAN_STD_CONVENTION, format_mean_std, mean_std, to_jsonable, write_report
 
+from .table1_constants import HINTS, LABELS, PAPER_TABLE1
+
 #: variant -> (view selected on, view reported on)
 VARIANTS = {"paper": ("full", "full"), "validation": ("val", "test"), "test_on_test": ("test", "test")}
 #: the rules every variant is computed under; the first is the headline rule
@@ -221,8 +223,6 @@ def write_selection(out: Path, records: Sequence[Mapping[str, Any]], variant: st
     """selection<tag>.json / .md and the trajectory figures of the runs in ``records`` (``variant`` only orders the
     tables: every variant is written; ``tag``: ``_ddp<N>`` for N-process runs, so they do not overwrite the
     one-process files of the same folder)."""
-    from .table1 import HINTS, LABELS, PAPER_TABLE1
-
     runs = load_runs(out, records)
     rows = selection_records(runs, data, identity_losses(stored_task(out, data)))
     if variant in VARIANTS:

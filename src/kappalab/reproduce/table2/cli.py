@@ -13,12 +13,12 @@ from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_option
                                   data_errors, positive_int)
 from kappalab.results import RunStore
 
-from .constants import ALL_PAIRS, METHODS, PROBE_PAIRS, QUICK_EPOCHS, QUICK_PAIRS
+from .constants import ALL_PAIRS, ENGINES, METHODS, PROBE_PAIRS, QUICK_EPOCHS, QUICK_PAIRS
 from .data import DATASETS, data_label, load_dataset
-from .engine import DEFAULT_BATCH_SIZE, ENGINES, batched_runs, choose_engine
+from .engine import DEFAULT_BATCH_SIZE, choose_engine
 from .merge import merge_stores
 from .report import label_of, record_route, reproducibility, write_report
-from .run import SweepPlan, parse_ints, parse_pairs, run_one
+from .run import SweepPlan, batched_runs, parse_ints, parse_pairs, run_one
 from .spectra import SPECTRA_METHOD
 
 PROG = "kappalab reproduce table2"

@@ -1,9 +1,10 @@
-"""Table 2's fixed names and numbers: methods, digit pairs, the paper's reference values, thresholds, probe
+"""Table 2's fixed names and numbers: methods, engines, digit pairs, the paper's reference values, thresholds, probe
 settings (one place, read by every module of the package)."""
 
 from __future__ import annotations
 
 METHODS = ("rill_only", "imma", "opt_kappa", "ours")
+ENGINES = ("auto", "single", "batched")  #: ``--engine``: the rule (:mod:`.engine`) or one of the two engines
 METHOD_LABELS = {"rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa": "Opt kappa", "ours": "Ours"}
 #: The 90 ordered pairs, offset-major: (0,1), (1,2), ..., (9,0), then (0,2), ... Each block of 10 uses every digit
 #: once as D_P and once as D_H, so a partial sweep is a balanced sample.

@@ -1,4 +1,5 @@
-"""Which engine trains a Table 2 sweep's runs, the engine's place in a run's identity, and the batched sweep.
+"""Which engine trains a Table 2 sweep's runs and the engine's place in a run's identity (the engines' workers:
+:mod:`.run`).
 
 Two engines train the same runs: ``single`` (:func:`kappalab.immunization.immunize`, one run per call, the sweep's
 workers in parallel processes) and ``batched`` (:func:`kappalab.immunization.batched.immunize_batch`, runs of
@@ -14,44 +15,35 @@ cores: batched steps at 0.32-0.40 of the float64 GEMM rate; per run, batched / s
 subset's first 16 jobs at 2 epochs and 1.17 on 2 runs at 1 epoch, ``benchmarks/sweep_table2.py --check-single``,
 docs/benchmarks.md). The command prints which engine ran and why.
 
-Identity: the single engine adds nothing to a run's identity (it is the reference: its keys are those of earlier
-stores); the batched engine adds ``engine: batched`` to every run's. The two engines compute the same formulas but
-do not round alike everywhere: IMMA's theta_I differs by 3e-15 to 1.6e-12 relative (subset, D = 196 and 784, one
-epoch), which Eq. 15 from the spectra keeps at ~1e-12 but the D x D pinv kappa of the evaluation block (condition
-numbers ~1e13) amplifies to ~1e-6; Ours, R_ill Only and Opt kappa agree to the last bit at D = 49 and 196 but not
-at D = 784 (theta_I of Ours 4e-16 relative apart, measured at 784 x 784 with the autograd step, 3e-19 with the
-closed-form one). So a store never takes one engine's run for the other's: a sweep started with one engine and
-resumed with the other trains the second engine's runs anew (``tests/test_table2_engine.py`` checks that both
-engines' records agree on Eq. 15 to 1e-10). The batch size is not part of the identity: each run's slice is
-computed alone, whatever else shares its batch (a run alone and in a batch of 3 gives the same bits on the CPU,
+Identity (:func:`.run.identity_options`): the single engine adds nothing to a run's identity (it is the reference:
+its keys are those of earlier stores); the batched engine adds ``engine: batched`` to every run's. The two engines
+compute the same formulas but do not round alike everywhere: IMMA's theta_I differs by 3e-15 to 1.6e-12 relative
+(subset, D = 196 and 784, one epoch), which Eq. 15 from the spectra keeps at ~1e-12 but the D x D pinv kappa of the
+evaluation block (condition numbers ~1e13) amplifies to ~1e-6; Ours, R_ill Only and Opt kappa agree to the last bit
+at D = 49 and 196 but not at D = 784 (theta_I of Ours 4e-16 relative apart, measured at 784 x 784 with the autograd
+step, 3e-19 with the closed-form one). So a store never takes one engine's run for the other's: a sweep started with
+one engine and resumed with the other trains the second engine's runs anew (``tests/test_table2_engine.py`` checks
+that both engines' records agree on Eq. 15 to 1e-10). The batch size is not part of the identity: each run's slice
+is computed alone, whatever else shares its batch (a run alone and in a batch of 3 gives the same bits on the CPU,
 tested; ``scripts/gpu_check.sh`` measures it on CUDA).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kappalab.cli_options import UsageError
+
+from .constants import ENGINES
 
 if TYPE_CHECKING:
     from .run import SweepPlan
 
-ENGINES = ("auto", "single", "batched")
 DEFAULT_BATCH_SIZE = 64  #: runs per batch unless --batch-size says otherwise (bounds memory: R x N x D per tensor)
 
 
 def on_cpu(device: str) -> bool:
     return device == "cpu"
-
-
-def identity_options(engine: str) -> dict[str, str]:
-    """The engine's part of a run's identity options: none for the single engine (the reference: its keys are the
-    ones written before the batched engine existed), ``{"engine": "batched"}`` for the batched one (module
-    docstring)."""
-    if engine not in ENGINES[1:]:
-        raise ValueError(f"engine must be 'single' or 'batched', got {engine!r}")
-    return {} if engine == "single" else {"engine": engine}
 
 
 def choose_engine(requested: str, plan: "SweepPlan") -> tuple[str, str]:
@@ -75,16 +67,3 @@ def choose_engine(requested: str, plan: "SweepPlan") -> tuple[str, str]:
     if on_cpu(plan.device):
         return "single", "auto: on the CPU the batched engine is slower than one run at a time"
     return "batched", f"auto: official protocol, features route, on {plan.device}"
-
-
-def batched_runs(device: str, batch_size: int):
-    """A :data:`kappalab.sweep.BatchRunner` for :func:`kappalab.sweep.run_batched_sweep`: the jobs' params through
-    :func:`kappalab.immunization.batched.run_batch` with :func:`.run.prepare` and :func:`.run.finish`."""
-    from kappalab.immunization.batched import run_batch
-
-    from .run import config_of, finish, prepare
-
-    def runner(jobs: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-        return run_batch(jobs, device, batch_size, task_of=prepare, config_of=config_of,
-                         finish=lambda job, task, run, train_s: finish(job, task, run, train_s, "batched"))
-    return runner

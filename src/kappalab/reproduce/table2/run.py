@@ -1,10 +1,12 @@
-"""One Table 2 run (prepare, immunize, finish: the single engine's worker; the batched engine shares prepare and
-finish) and the plan of a sweep: which runs, under which keys."""
+"""One Table 2 run (prepare, immunize, finish) in each engine's worker (:func:`run_one`: the single engine's,
+:func:`batched_runs`: the batched engine's, which shares prepare and finish) and the plan of a sweep: which runs,
+under which keys."""
 
 from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,7 +16,7 @@ import numpy as np
 from kappalab.reproduce.identity import identity, run_key
 from kappalab.sweep import Job, limit_threads
 
-from .constants import ALL_PAIRS, PROBE_PAIRS
+from .constants import ALL_PAIRS, ENGINES, PROBE_PAIRS
 from .data import data_identity, mnist_task, table2_config
 from .probe import probe_measures
 from .spectra import SPECTRA_METHOD, data_spectra, rir_from_spectra, rtol_sensitivity, run_spectra
@@ -90,6 +92,27 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
     return finish(params, task, run, time.perf_counter() - start, "single")
 
 
+def batched_runs(device: str, batch_size: int):
+    """A :data:`kappalab.sweep.BatchRunner` for :func:`kappalab.sweep.run_batched_sweep`: the jobs' params through
+    :func:`kappalab.immunization.batched.run_batch` with :func:`prepare` and :func:`finish` (the batched
+    engine's worker)."""
+    from kappalab.immunization.batched import run_batch
+
+    def runner(jobs: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        return run_batch(jobs, device, batch_size, task_of=prepare, config_of=config_of,
+                         finish=lambda job, task, run, train_s: finish(job, task, run, train_s, "batched"))
+    return runner
+
+
+def identity_options(engine: str) -> dict[str, str]:
+    """The engine's part of a run's identity options: none for the single engine (the reference: its keys are the
+    ones written before the batched engine existed), ``{"engine": "batched"}`` for the batched one (:mod:`.engine`'s
+    docstring)."""
+    if engine not in ENGINES[1:]:
+        raise ValueError(f"engine must be 'single' or 'batched', got {engine!r}")
+    return {} if engine == "single" else {"engine": engine}
+
+
 @dataclass(frozen=True)
 class SweepPlan:
     """What ``main`` runs: protocol, methods, pairs, seeds, epochs, output folder, data, config overrides."""
@@ -106,7 +129,7 @@ class SweepPlan:
     probe_pairs: tuple[tuple[int, int], ...] = PROBE_PAIRS
     dataset: str = "mnist-subset"
     overrides: dict[str, Any] = field(default_factory=dict)
-    engine: str = "single"  #: "single" or "batched" (:mod:`.engine`, which says when it is part of the identity)
+    engine: str = "single"  #: "single" or "batched" (:func:`identity_options`: its part of the identity)
 
     @property
     def store_path(self) -> Path:
@@ -117,8 +140,6 @@ class SweepPlan:
         return _config(self.protocol, method, tuple(sorted(self.overrides.items(), key=str)), self.epochs)
 
     def jobs(self) -> list[Job]:
-        from .engine import identity_options
-
         data = data_identity(self.dataset, self.data_dir, self.pool)
         jobs = []
         for method in self.methods:

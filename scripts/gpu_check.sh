@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for a machine with CUDA: parity tests, the batched-step benchmarks, a Table 2 official-protocol
-# sweep with the batched engine and the command line's batched, sharded and merged sweep, reported in docs/gpu.md.
+# sweep with the batched engine and the command line's batched, sharded and merged sweep, reported in docs/gpu.md
+# (on CUDA; the CPU path writes results/gpu_check_cpu.md, so that it never replaces the GPU report; --out to choose).
 #
 #   scripts/gpu_check.sh [--device cuda|cpu] [--data subset|mnist] [--data-dir DIR] [--runs N] [--epochs E]
 #                        [--batch-size R] [--out FILE]
@@ -28,7 +29,7 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-DEVICE=cuda DATA=subset DATA_DIR="" RUNS="" EPOCHS="" BATCH="" OUT=docs/gpu.md
+DEVICE=cuda DATA=subset DATA_DIR="" RUNS="" EPOCHS="" BATCH="" OUT=""
 SWEEP_SECONDS=${SWEEP_SECONDS:-300}  # the sweep starts no new batch after this; the rest is extrapolated
 CHECK_SINGLE=${CHECK_SINGLE:-8}  # the first runs also trained by the single engine (agreement, per-run time)
 CLI_PAIRS=${CLI_PAIRS:-0-1,7-3,4-9} CLI_EPOCHS=${CLI_EPOCHS:-2}  # step 4's runs (x 4 methods, seed 0)
@@ -63,6 +64,7 @@ if [ "$DEVICE" != cpu ]; then
              "nothing was run (use --device cpu for the CPU path)" >&2; exit 2; }
 fi
 [ -n "$BATCH" ] || { [ "$DEVICE" = cpu ] && BATCH=64 || BATCH=256; }
+[ -n "$OUT" ] || { [ "$DEVICE" = cpu ] && OUT=results/gpu_check_cpu.md || OUT=docs/gpu.md; }
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -185,6 +187,7 @@ if merged and compared:
     lines += ["", "```", tail("cli.txt", 8).replace(str(work), "WORK"), "```"]
 else:
     lines += ["(no command-line results)", "", "```", tail("cli.txt", 20), "```"]
+pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)
 pathlib.Path(out).write_text("\n".join(lines) + "\n")
 print(f"gpu_check: wrote {out}")
 EOF

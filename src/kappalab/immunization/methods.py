@@ -31,8 +31,8 @@ from tqdm.auto import tqdm
 
 from kappalab.errors import DegenerateSpectrumWarning
 
-from .config import MethodConfig
 from . import official_step
+from .config import MethodConfig
 from .features_route import theta_gradient
 from .paper_step import closed_form_gradients
 from .protocols import Batch, Params, Protocol, Term, make_protocol

@@ -124,24 +124,21 @@ def test_paper_run(benchmark, pair01: LinearTask, threads: int, method: str, rou
             assert abs(closed[m] / dense[m] - 1.0) < 1e-7, (method, m)
 
 
-#: the tasks whose regularizer the closed-form step of a method computes (Ours: R_well on P, R_ill on H)
-FLOOR_TASKS = {"ours": ("P", "H"), "rill_only": ("H",)}
-
-
 @pytest.mark.parametrize("method", METHODS)
 def test_paper_floor(benchmark, pair01: LinearTask, threads: int, method: str) -> None:
     """The floor of a closed-form run (module docstring): per used task, the factor ``(s, X_f)`` of X
     (:func:`~kappalab.linear.covariance_factor`) and 30 times the step's products of
     :func:`kappalab.gram.regularizers_from_data` (``F = X_f theta``, ``F F^T`` by ``syrk``, ``(F F^T) F``,
     ``X_f^T diag(w) (...)``). A whole run of the route cannot take less; dense / floor bounds its speed-up."""
-    cfg = table2_config("paper", method, {"extra.spectral_route": "closed_form"})
-    proto, p, _ = _setup(pair01, method, "closed_form")
+    proto, p, cfg = _setup(pair01, method, "closed_form")
+    # the tasks whose regularizer the step computes, by the config's weights (Ours: R_well on P, R_ill on H)
+    tasks = [which for which, weight in (("P", cfg.lambda_P), ("H", cfg.lambda_H)) if weight > 0]
     theta = p.theta.detach().numpy()
     batch = proto._full.for_step()
 
     def floor() -> dict[str, np.ndarray]:
         factors = {}
-        for which in FLOOR_TASKS[method]:
+        for which in tasks:
             s, Wt = covariance_factor(batch.X(which).detach().numpy())
             factors[which] = Xf = s[:, None] * Wt
             w = ridge_weights(s, proto.ridge(which))

@@ -241,7 +241,7 @@ def main(argv: list[str]) -> int:
         return trajectory_main(args, plan)
     if args.etas is not None or args.every != 1:
         raise UsageError("--etas/--every: only with --trajectory")
-    other = None if args.compare_with is None else SweepPlan(**{**plan.__dict__, "out": args.compare_with})
+    other = None if args.compare_with is None else dataclasses.replace(plan, out=args.compare_with)
     if other is not None and not other.store_path.is_file():  # before any run, not after the sweep
         raise UsageError(f"--compare-with: no store {other.store_path}")
     if args.report_only:

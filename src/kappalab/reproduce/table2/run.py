@@ -54,8 +54,12 @@ def finish(params: dict[str, Any], task: LinearTask, run: ImmunizationRun, train
     """What both engines do after training: store the run's spectra, evaluate it, probe it (when asked); returns
     the record's ``result``, which names the ``engine`` that trained it (``train_s``: its training time; a batch's
     time divided by its runs) and keeps its training ``history`` (the whole-task kappas at the config's
-    ``monitor_every`` epochs and each term's value per epoch: :attr:`ImmunizationRun.history`)."""
+    ``monitor_every`` epochs and each term's value per epoch: :attr:`ImmunizationRun.history`) and the ``data`` it
+    read (:meth:`kappalab.data.mnist.MnistData.identity`: name, split, IDX sha256, rows per digit; with the pooling
+    and the balanced rows used per task)."""
     from kappalab.immunization import evaluate
+
+    from .data import load_dataset
 
     start = time.perf_counter()
     a, b, seed = int(params["a"]), int(params["b"]), int(params["seed"])
@@ -74,6 +78,8 @@ def finish(params: dict[str, Any], task: LinearTask, run: ImmunizationRun, train
         "config_source": list(cfg.source), "data_label": task.data_label,
         "spectral_route": cfg.get("spectral_route"), "spectra": SPECTRA_METHOD,
         "engine": engine, "engine_notes": list(run.notes), "history": run.history,
+        "data": {**load_dataset(dataset, directory).identity(), "pool": pool,
+                 "rows_used": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}},
     }
     if params["probe"]:
         result["probe"] = probe_measures(theta, run.bias, task.X_P, task.X_H, a, b, seed, directory, pool, dataset)

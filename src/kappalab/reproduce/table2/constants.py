@@ -24,7 +24,8 @@ SUCCESS_THRESHOLD = 10.0  #: RIR above which a pair counts as immunized (one ord
 OTHER_THRESHOLDS = (2.0, 100.0)  #: the success counts are also reported at these
 QUICK_PAIRS = ((0, 1), (7, 3))  #: --quick: two pairs (a 0/1 and a harder 7/3), seed 0, QUICK_EPOCHS epochs
 QUICK_EPOCHS = 1
-PROBE_PAIRS = ALL_PAIRS[:10]  #: the independent measures run on these pairs (first seed): every digit once
+PROBE_PAIRS = ALL_PAIRS[:10]  #: the independent measures run on these pairs (seed PROBE_SEED): every digit once
+PROBE_SEED = 0  #: the seed whose runs on PROBE_PAIRS are probed, whatever other seeds a sweep (or a shard of it) holds
 PROBE_TARGETS = (0.5, 0.1)  #: iterations until the relative excess loss (f(w_t) - f*) / (f(0) - f*) <= each ...
 PROBE_CHECKPOINTS = (10, 100, 500)  #: ... and the relative excess loss at these iterations
 PROBE_MAX_ITER = 500  #: ... within this many iterations (None = not reached); the norm ratio is reported here

@@ -16,7 +16,7 @@ import numpy as np
 from kappalab.reproduce.identity import identity, run_key
 from kappalab.sweep import Job, limit_threads
 
-from .constants import ALL_PAIRS, ENGINES, PROBE_PAIRS
+from .constants import ALL_PAIRS, ENGINES, PROBE_PAIRS, PROBE_SEED
 from .data import data_identity, mnist_task, table2_config
 from .probe import probe_measures
 from .spectra import SPECTRA_METHOD, data_spectra, rir_from_spectra, rtol_sensitivity, run_spectra
@@ -152,7 +152,7 @@ class SweepPlan:
             resolved = self.config(method).resolved()
             for a, b in self.pairs:
                 for seed in self.seeds:
-                    probe = (a, b) in self.probe_pairs and seed == self.seeds[0]
+                    probe = (a, b) in self.probe_pairs and seed == PROBE_SEED
                     ident = identity(resolved, data, {"a": a, "b": b, "seed": seed, "pool": self.pool,
                                                       "device": self.device, "dtype": "float64", "probe": probe,
                                                       **identity_options(self.engine)})

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from kappalab.reproduce.table2.merge import REL_TOL
 
 torch = pytest.importorskip("torch")
 
@@ -63,6 +66,10 @@ def test_the_cpu_path_passes_and_reports(tmp_path: Path) -> None:
         assert f"| {method} | closed_form | 16 |" in steps, method
     assert "4 of 4 runs timed" in text and "(no sweep results)" not in text
     assert "merged with `--merge`: 4 of 4 runs (2, 2 per shard)" in text
+    # the two engines agree to the lab's criterion for one run computed two ways (merge.REL_TOL = 1e-10); to the bit
+    # only on some BLAS kernels (0 with OpenBLAS's Haswell kernels, not with SkylakeX's), so not asserted
     engines = text.split("## 4.")[1]
-    assert "| ours | 1 | 0.0e+00 | 0.0e+00 | 0.0e+00 |" in engines  # the two engines agree to the bit for Ours
-    assert "4 runs: largest relative difference of (i), (ii), RIR 0.0e+00" in engines
+    ours = re.search(r"^\| ours \| 1 \| (\S+) \| (\S+) \| (\S+) \|", engines, re.M)
+    assert ours and max(float(x) for x in ours.groups()) <= REL_TOL, engines
+    batch = re.search(r"4 runs: largest relative difference of \(i\), \(ii\), RIR (\S+)", engines)
+    assert batch and float(batch.group(1).rstrip(".,;")) <= REL_TOL, engines

@@ -106,22 +106,37 @@ def _committed_table1_runs():
             yield folder, json.loads(line)
 
 
-def test_committed_table1_evaluations_recompute_bit_for_bit():
+def test_committed_table1_evaluations_recompute_within_rounding():
     """Every committed Table 1 run (both protocols): RIR, terms and kappas under both definitions and the whole
-    sensitivity block, recomputed through kappalab.kappa from the stored theta, equal the records exactly."""
+    sensitivity block, as stored and as recomputed here through kappalab from the stored theta, lie inside their
+    rounding envelope (tests/envelope.py: computed in plain NumPy from theta and the data; the interval another BLAS
+    kernel may give). The store was written with OpenBLAS 0.3.31 (its provenance names the kernel's library); on
+    other kernels the well-conditioned values agree to ~1e-12 and the pinv kappas of Hessians with kappa ~1e6-1e8 to
+    ~1e-9, while the shifted kappas and the rank-limited pinv kappas of Ours and Opt kappa (kappa ~1e12 and more) are
+    not determined by the float64 matrices (their envelopes span decades: see docs/core/kappa.md), nor is anything at
+    rtol x 0.1 (below the rounding level). The rtol is exact. Guard against a vacuous envelope: the headline pinv
+    kappas of the data's own Hessians and every headline pinv number of R_ill Only are pinned to 1e-6."""
+    from envelope import evaluation_envelope, outside
     from kappalab.immunization import LinearTask, evaluate
 
-    n = 0
+    n, checked = 0, 0
     for folder, r in _committed_table1_runs():
-        task = LinearTask(np.load(folder / "features_P.npy"), np.load(folder / "y_P.npy"),
-                          np.load(folder / "features_H.npy"), np.load(folder / "y_H.npy"), "mse", "files", "files")
+        X_P, X_H = np.load(folder / "features_P.npy"), np.load(folder / "features_H.npy")
+        task = LinearTask(X_P, np.load(folder / "y_P.npy"), X_H, np.load(folder / "y_H.npy"), "mse", "files", "files")
         theta = np.load(folder / r["files"]["theta_I"])
         bias = np.load(folder / r["files"]["bias"]) if r["files"]["bias"] else None
         ev, again = r["evaluation"], evaluate(theta, task, bias=bias, shift=r["evaluation"]["shift"], endpoints=False)
-        assert {d: again[d] for d in ("pinv", "shifted", "sensitivity", "rtol")} == \
-            {d: ev[d] for d in ("pinv", "shifted", "sensitivity", "rtol")}, r["key"]
+        assert again["rtol"] == ev["rtol"], r["key"]
+        envelope = evaluation_envelope(theta, bias, X_P, X_H, rtol=ev["rtol"], shift=ev["shift"])
+        for which, record in (("stored", ev), ("recomputed", again)):
+            bad, count = outside(envelope, record)
+            assert not bad and count == 42, (r["key"], which, bad)
+        checked += count
+        pinned = [name for name, iv in envelope[("pinv",)].items() if iv.hi <= iv.lo * (1 + 1e-6)]
+        must = [name for name in envelope[("pinv",)] if name.endswith("identity") or "/rill_only/" in r["key"]]
+        assert set(must) <= set(pinned), (r["key"], "envelope too wide", sorted(set(must) - set(pinned)))
         n += 1
-    assert n == 40
+    assert n == 40 and checked == 40 * 42
 
 
 def test_spectrum_endpoints_come_from_the_kappas_eigenvalues():

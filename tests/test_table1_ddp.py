@@ -14,11 +14,12 @@ import pytest
 
 pytest.importorskip("torch")
 
+from envelope import evaluation_envelope, outside  # noqa: E402
 from kappalab.cli import main as cli_main  # noqa: E402
 from kappalab.immunization import LinearTask, evaluate, immunize, table1_config  # noqa: E402
 from kappalab.immunization import data_parallel as dp  # noqa: E402
 from kappalab.immunization.trajectory import TrajectoryRecorder  # noqa: E402
-from kappalab.reproduce.table1 import METRICS, config_of, markdown, summarize, task_of  # noqa: E402
+from kappalab.reproduce.table1 import config_of, markdown, summarize, task_of  # noqa: E402
 from kappalab.results import RunStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,8 +152,15 @@ def test_committed_store_rows_recompute_from_theta(folder):
         theta = np.load(out / r["files"]["theta_I"])
         bias = np.load(out / r["files"]["bias"])
         again = evaluate(theta, task, bias=bias, shift=r["evaluation"]["shift"], sensitivity=(), endpoints=False)
-        for k in METRICS:  # pinv only: the shifted kappa need not repeat under another LAPACK (test_table1_shifted)
-            assert again["pinv"][k] == pytest.approx(r["evaluation"]["pinv"][k], rel=1e-9), (key, k)
+        # pinv only (the shifted kappa need not repeat under another LAPACK: test_table1_shifted_kappa), stored and
+        # recomputed inside the rounding envelope of the stored theta (tests/envelope.py; the store was written
+        # with OpenBLAS's SkylakeX kernels, and 1000 epochs of Ours / Opt kappa reach pinv kappas that other kernels
+        # move beyond 1e-9)
+        envelope = {("pinv",): evaluation_envelope(theta, bias, task.X_P, task.X_H, rtol=r["evaluation"]["rtol"],
+                                                   shift=r["evaluation"]["shift"], factors=())[("pinv",)]}
+        for record in (r["evaluation"], again):
+            bad, count = outside(envelope, record)
+            assert not bad and count == 7, (key, bad)
         with np.load(out / r["files"]["trajectory"]) as z:
             assert int(z["epoch"][-1]) == epochs and len(z["epoch"]) == epochs + 1
             assert float(z["full.rir"][-1]) == pytest.approx(again["pinv"]["rir"], rel=1e-6), key

@@ -15,12 +15,13 @@ the estimator is biased because kappa of a 100-sample ``H~`` is not kappa of the
 
 The authors' released code computes a different kappa, kept under its own name
 (:func:`kappalab.estimators.log_kappa_authors`, ``rir_theta0(..., estimator="authors")``) because it is a
-different quantity, not a second copy of ours: in float64 it takes the eigenvalues of ``H~ + 1e-6 I`` and divides the largest by the smallest one *above* ``1e-6``;
-per group it reports ``exp(log kappa_I - log kappa_0)`` and averages those over the groups. When ``D_hid`` exceeds
-the group size, ``H~`` of a group has ``D_hid - group_size`` zero eigenvalues that come out as ``1e-6 +- rounding``;
-some land above ``1e-6``, so the authors' ``s_min`` is that floor and their kappa is ``~ s_max / 1e-6``, a measure
-of the features' scale (doubling the features quadruples it) rather than of their conditioning. Where
-``D_hid <= group size`` (and ``s_min >> 1e-6``) both kappas agree to ``~1e-6 / s_min``.
+different quantity, not a second copy of ours: in float64 it takes the eigenvalues of ``H~ + 1e-6 I`` and
+divides the largest by the smallest one *above* ``1e-6``; per group it reports ``exp(log kappa_I - log kappa_0)``
+and averages those over the groups. When ``D_hid`` exceeds the group size, ``H~`` of a group has
+``D_hid - group_size`` zero eigenvalues that come out as ``1e-6 +- rounding``; some land above ``1e-6``, so the
+authors' ``s_min`` is that floor and their kappa is ``~ s_max / 1e-6``, a measure of the features' scale (doubling
+the features quadruples it) rather than of their conditioning. Where ``D_hid <= group size`` (and
+``s_min >> 1e-6``) both kappas agree to ``~1e-6 / s_min``.
 """
 
 from __future__ import annotations

@@ -68,6 +68,8 @@ def load_features(path: str, argument: str) -> np.ndarray:
     bad = ~np.isfinite(array)
     if bad.any():
         raise UsageError(f"{argument}: {file} holds {int(bad.sum())} NaN/Inf entries; features must be finite")
+    if not array.any():
+        raise UsageError(f"{argument}: {file} is all zeros: kappa of its H~ = F^T F is undefined")
     return array.astype(np.float64, copy=False)
 
 

@@ -167,3 +167,66 @@ def test_measure_images_form_matches_the_features_form(tmp_path: Path) -> None:
         assert {k: a[name][k] for k in ("term_i", "term_ii", "rir", "ci95")} == \
             {k: b[name][k] for k in ("term_i", "term_ii", "rir", "ci95")}
     assert a["inputs"]["weights0"]["sha256"] != a["inputs"]["weightsI"]["sha256"] and a["form"] == "images"
+
+
+def _groups(n: int, seed: int) -> list[np.ndarray]:
+    """D_H's 20 groups of 100 rows: the first draws of default_rng(seed)."""
+    rng = np.random.default_rng(seed)
+    return [np.sort(rng.choice(n, 100, replace=False)) for _ in range(20)]
+
+
+def _ref_group_means(hi: np.ndarray, h0: np.ndarray, pi: np.ndarray, p0: np.ndarray, kappa, seed: int
+                     ) -> tuple[float, float, float]:
+    """The paper's 20 groups of 100 (D_H's drawn first from default_rng(seed), then D_P's): means of (i)_g, (ii)_g
+    and (i)_g / (ii)_g."""
+    rng = np.random.default_rng(seed)
+    gH = [np.sort(rng.choice(h0.shape[0], 100, replace=False)) for _ in range(20)]
+    gP = [np.sort(rng.choice(p0.shape[0], 100, replace=False)) for _ in range(20)]
+    i = np.array([kappa(hi[g]) / kappa(h0[g]) for g in gH])
+    ii = np.array([kappa(pi[g]) / kappa(p0[g]) for g in gP])
+    return float(i.mean()), float(ii.mean()), float((i / ii).mean())
+
+
+def test_docs_example_recomputes() -> None:
+    """docs/measure.md's worked example: the committed JSON's inputs are the committed features (sha256), its exact
+    and group estimates recompute from them with plain NumPy, and the doc's tables are the JSON's numbers. The
+    authors' kappa at D = 128 > 100 is set by rounding (its smallest kept eigenvalue is 1e-6 + O(D eps lambda_max)):
+    compared within that derived spread."""
+    import hashlib
+
+    from kappalab.estimators import Estimate
+    from kappalab.measure import table
+
+    docs = ROOT / "docs"
+    text = (docs / "measure.md").read_text()
+    F = {k: np.load(docs / "measure" / f"{k}.npy") for k in ("p0", "h0", "hi_x2", "hi_weak")}
+
+    def authors(G: np.ndarray) -> float:
+        e = np.linalg.eigvalsh(G.T @ G + 1e-6 * np.eye(G.shape[1]))
+        return float(e.max() / e[e > 1e-6].min())
+
+    for case, expected in (("x2", 1.0), ("weak", 25.0)):
+        record = json.loads((docs / "measure" / f"{case}.json").read_text())
+        hi, h0, p0 = F[f"hi_{case}"], F["h0"], F["p0"]
+        for name, path in (("hi", f"hi_{case}.npy"), ("h0", "h0.npy"), ("p0", "p0.npy"), ("pi", "p0.npy")):
+            digest = hashlib.sha256((docs / "measure" / path).read_bytes()).hexdigest()
+            assert record["inputs"][name]["sha256"] == digest, name
+        exact = record["exact"]
+        assert exact["term_i"] == pytest.approx(_kappa(hi) / _kappa(h0), rel=1e-10)
+        assert exact["term_i"] == pytest.approx(expected, rel=1e-12) and exact["term_ii"] == 1.0
+        seed = record["groups"]["seed"]
+        ours = _ref_group_means(hi, h0, p0, p0, _kappa, seed)
+        assert [record["groups"][k] for k in ("term_i", "term_ii", "rir")] == pytest.approx(ours, rel=1e-9)
+        theirs = _ref_group_means(hi, h0, p0, p0, authors, seed)
+        lam_max = np.array([np.linalg.norm(G[g], 2) ** 2 for G in (hi, h0) for g in _groups(256, seed)])
+        spread = 4 * 128 * EPS * lam_max.max() / 1e-6  # ~1.6e-3 here: two floors' rounding, relative to 1e-6
+        assert [record["authors"][k] for k in ("term_i", "term_ii", "rir")] == pytest.approx(theirs, rel=spread)
+        if case == "x2":  # per group (4 lambda_max + 1e-6) / (lambda_max + 1e-6): the scale, read as immunization
+            s = np.array([np.linalg.norm(h0[g], 2) ** 2 for g in _groups(256, seed)])
+            assert record["authors"]["rir"] == pytest.approx(np.mean((4 * s + 1e-6) / (s + 1e-6)), rel=spread)
+        estimates = {k: Estimate(**{**record[k], "ci95": tuple(record[k]["ci95"]),
+                                    "per_group_i": tuple(record[k]["per_group_i"]),
+                                    "per_group_ii": tuple(record[k]["per_group_ii"])})
+                     for k in ("exact", "groups", "authors")}
+        assert table(estimates) in text, case
+        assert f"alignment.best_rir): {record['alignment']['best_rir']:.4g}" in text

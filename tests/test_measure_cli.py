@@ -59,7 +59,7 @@ def _kappa(F: np.ndarray) -> float:
 def test_measure_success_path_and_json(tmp_path: Path) -> None:
     paths = _features(tmp_path)
     runs = _run_all({"ok": [*_args(paths), "--json", "out/m.json", "--seed", "3"],
-                     "warn": [*_args(paths), "--group-size", "10"]}, tmp_path)
+                     "warn": [*_args(paths), "--group-size", "10", "--exact-budget", "0"]}, tmp_path)
     code, stdout, stderr = runs["ok"]
     assert code == 0 and stderr == "", stderr
     rows = [line for line in stdout.splitlines() if line.startswith("| ")]
@@ -81,6 +81,8 @@ def test_measure_success_path_and_json(tmp_path: Path) -> None:
     code, stdout, stderr = runs["warn"]
     lines = stderr.strip().splitlines()
     assert code == 0 and len(lines) == 1 and lines[0].startswith("kappalab measure: warning: group size 10 < D = 12")
+    assert "| exact | " in stdout and " | - |" in stdout and "exact: no bootstrap over samples" in stdout
+    assert record["exact"]["ci95"][0] <= record["exact"]["rir"] <= record["exact"]["ci95"][1]
 
 
 def _error_cases(tmp: Path, paths: dict[str, Path]) -> dict[str, tuple[list[str], str]]:
@@ -123,13 +125,16 @@ def _error_cases(tmp: Path, paths: dict[str, Path]) -> dict[str, tuple[list[str]
         "images form": images,
         "json is a folder": ([*_args(paths), "--json", str(tmp)], "--json"),
         "bad seed": ([*_args(paths), "--seed", "-1"], "--seed"),
+        "bad budget": ([*_args(paths), "--exact-budget", "lots"], "--exact-budget"),
     }
 
 
 def test_measure_refusals_are_one_line_exit_2(tmp_path: Path) -> None:
     paths = _features(tmp_path)
     cases = _error_cases(tmp_path, paths)
-    results = _run_all({name: argv for name, (argv, _) in cases.items()}, tmp_path)
+    results = _run_all({"help": ["--help"], **{name: argv for name, (argv, _) in cases.items()}}, tmp_path)
+    code, stdout, stderr = results.pop("help")
+    assert code == 0 and stdout.startswith("usage: kappalab measure") and stderr == ""
     for name, (code, stdout, stderr) in results.items():
         lines = stderr.strip().splitlines()
         assert code == 2 and len(lines) == 1 and "Traceback" not in stderr, (name, code, stdout, stderr)

@@ -23,12 +23,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from kappalab.cli_options import Parser, UsageError, command, positive_int, seed as seed_type
+from kappalab.data.fetch import digest_of
+from kappalab.estimators import EXACT_BOOT_BUDGET, Estimate, estimate_all
+from kappalab.provenance import provenance
+from kappalab.results import to_jsonable
 
 FEATURES = (("p0", "theta_0 on D_P"), ("h0", "theta_0 on D_H"), ("pi", "theta_I on D_P"), ("hi", "theta_I on D_H"))
 IMAGES = ("model", "weights0", "weightsI", "p_images", "h_images")
@@ -49,7 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=seed_type, default=0, help="seed of the groups and the bootstraps (default 0)")
     p.add_argument("--groups", type=positive_int, default=20, help="groups per task (default 20, the paper's)")
     p.add_argument("--group-size", type=positive_int, default=100, help="samples per group (default 100)")
-    p.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--n-boot", type=positive_int, default=1000,
+                   help="the group estimators' bootstrap resamples (default 1000)")
+    p.add_argument("--n-boot-exact", type=positive_int, default=200,
+                   help="the exact estimator's bootstrap resamples over samples (default 200)")
+    p.add_argument("--exact-budget", type=float, default=EXACT_BOOT_BUDGET, metavar="MULADDS",
+                   help="run the exact bootstrap only below this many multiply-adds (n_boot_exact x 4 SVDs of N x D; "
+                        f"default {EXACT_BOOT_BUDGET:.0e}, ~1 CPU-minute; 'inf': always)")
     return p
 
 
@@ -101,7 +112,7 @@ def alignment_summary(p0: np.ndarray, h0: np.ndarray) -> dict[str, Any]:
             "escape_dim": b.escape_dim, "max_escape_sine": b.max_escape_sine}
 
 
-def table(estimates: dict[str, Any]) -> str:
+def table(estimates: dict[str, Estimate]) -> str:
     """The estimates as a markdown table."""
     rows = ["| estimator | term (i) | term (ii) | RIR | 95% CI |", "|---|---|---|---|---|"]
     for name, e in estimates.items():
@@ -128,8 +139,6 @@ def _features_of_images(args: argparse.Namespace) -> tuple[dict[str, np.ndarray]
 
 def _features_of_files(args: argparse.Namespace) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     features = {name: load_features(getattr(args, name), f"--{name}") for name, _ in FEATURES}
-    from kappalab.data.fetch import digest_of
-
     inputs = {name: {"path": getattr(args, name), "sha256": digest_of(Path(getattr(args, name))),
                      "shape": list(features[name].shape)} for name, _ in FEATURES}
     return features, inputs
@@ -153,12 +162,6 @@ def _form(args: argparse.Namespace) -> str:
 
 @command("kappalab measure")
 def main(argv: list[str]) -> int:
-    import sys
-
-    from kappalab.estimators import estimate_all
-    from kappalab.provenance import provenance
-    from kappalab.results import to_jsonable
-
     args = build_parser().parse_args(argv)
     form = _form(args)
     json_path = None if args.json is None else _json_path(args.json)
@@ -173,7 +176,8 @@ def main(argv: list[str]) -> int:
         print(f"kappalab measure: warning: {warnings[-1]}", file=sys.stderr)
     try:
         estimates = estimate_all(features["p0"], features["h0"], features["pi"], features["hi"], seed=args.seed,
-                                 groups=args.groups, group_size=args.group_size, n_boot=args.n_boot)
+                                 groups=args.groups, group_size=args.group_size, n_boot=args.n_boot,
+                                 n_boot_exact=args.n_boot_exact, exact_budget=args.exact_budget)
         alignment = alignment_summary(features["p0"], features["h0"])
     except ValueError as error:  # e.g. an all-zero feature matrix or group: kappa is undefined
         raise UsageError(f"the features: {str(error).splitlines()[0]}") from None
@@ -184,7 +188,8 @@ def main(argv: list[str]) -> int:
     best = "unbounded" if alignment["best_rir"] is None else f"{alignment['best_rir']:.4g}"
     print(f"best RIR any linear map reaches on theta_0's features (alignment.best_rir): {best}")
     if json_path is not None:
-        settings = {k: getattr(args, k) for k in ("seed", "groups", "group_size", "n_boot")}
+        settings = {k: getattr(args, k) for k in ("seed", "groups", "group_size", "n_boot", "n_boot_exact",
+                                                  "exact_budget")}
         record = {**{name: e.as_dict() for name, e in estimates.items()}, "alignment": alignment,
                   "warnings": warnings, "form": form, "inputs": inputs,
                   "provenance": provenance(args.seed, settings, data_label=f"kappalab measure ({form})")}

@@ -126,6 +126,7 @@ def _error_cases(tmp: Path, paths: dict[str, Path]) -> dict[str, tuple[list[str]
         "json is a folder": ([*_args(paths), "--json", str(tmp)], "--json"),
         "bad seed": ([*_args(paths), "--seed", "-1"], "--seed"),
         "bad budget": ([*_args(paths), "--exact-budget", "lots"], "--exact-budget"),
+        "NaN budget": ([*_args(paths), "--exact-budget", "nan"], "--exact-budget"),
     }
 
 

@@ -39,6 +39,17 @@ FEATURES = (("p0", "theta_0 on D_P"), ("h0", "theta_0 on D_H"), ("pi", "theta_I 
 IMAGES = ("model", "weights0", "weightsI", "p_images", "h_images")
 
 
+def _budget(text: str) -> float:
+    """An argparse type: a number >= 0 (``inf`` allowed)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0 (or inf), got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0 (or inf), got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="kappalab measure", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, what in FEATURES:
@@ -58,9 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the group estimators' bootstrap resamples (default 1000)")
     p.add_argument("--n-boot-exact", type=positive_int, default=200,
                    help="the exact estimator's bootstrap resamples over samples (default 200)")
-    p.add_argument("--exact-budget", type=float, default=EXACT_BOOT_BUDGET, metavar="MULADDS",
+    p.add_argument("--exact-budget", type=_budget, default=EXACT_BOOT_BUDGET, metavar="MULADDS",
                    help="run the exact bootstrap only below this many multiply-adds (n_boot_exact x 4 SVDs of N x D; "
-                        f"default {EXACT_BOOT_BUDGET:.0e}, ~1 CPU-minute; 'inf': always)")
+                        f"default {EXACT_BOOT_BUDGET:.0e}, of the order of a CPU-minute; 'inf': always)")
     return p
 
 

@@ -42,7 +42,7 @@ from typing import Any, Callable, Literal
 import numpy as np
 
 from ._backend import Array, is_torch, namespace
-from .kappa import DEFAULT_SHIFT, kappa_of_features, kappa_shifted, rir_terms
+from .kappa import DEFAULT_SHIFT, RIRTerms, kappa_of_features, kappa_shifted, rir_terms
 from .validation import matrix
 
 #: the authors' diagonal shift (their ``lambda_diag``)
@@ -179,12 +179,14 @@ def exact_boot_cost(n_P: int, n_H: int, dim: int, n_boot: int) -> float:
     return n_boot * 2 * sum(n * dim * min(n, dim) for n in (n_P, n_H))
 
 
-def _exact_rir(hi: np.ndarray, h0: np.ndarray, pi: np.ndarray, p0: np.ndarray, rtol: float | None):
+def _exact_rir(hi: np.ndarray, h0: np.ndarray, pi: np.ndarray, p0: np.ndarray, rtol: float | None) -> RIRTerms:
     kappa = [float(kappa_of_features(F, rtol)) for F in (hi, h0, pi, p0)]
     return rir_terms(*kappa)
 
 
-def _exact_ci(hi, h0, pi, p0, rtol, n_boot, seed, budget) -> tuple[tuple[float, float] | None, str]:
+def _exact_ci(hi: np.ndarray, h0: np.ndarray, pi: np.ndarray, p0: np.ndarray, rtol: float | None, n_boot: int,
+              seed: int, budget: float) -> tuple[tuple[float, float] | None, str]:
+    """The exact estimator's percentile interval over sample resamples (or None) and a note on how or why not."""
     n_H, n_P, dim = h0.shape[0], p0.shape[0], h0.shape[1]
     short = [f"D_{t} ({n})" for t, n in (("P", n_P), ("H", n_H)) if DISTINCT_FRACTION * n < dim]
     if short:

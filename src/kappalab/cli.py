@@ -1,10 +1,10 @@
-"""Command line: ``kappalab verify``, ``kappalab reproduce NAME ...``, ``kappalab analyze ...`` and
-``kappalab main``.
+"""Command line: ``kappalab verify``, ``kappalab reproduce NAME ...``, ``kappalab analyze ...``,
+``kappalab measure ...`` and ``kappalab main``.
 
 Each sub-command lives in its own module with a ``main(argv) -> int`` entry point, imported only when used:
 ``verify`` -> :mod:`kappalab.verify`, ``reproduce table1|table2|table3`` -> :data:`REPRODUCIBLE`,
-``analyze`` -> ``kappalab.analyze`` (when that module is installed). ``--help`` works everywhere and never starts
-work; a usage error is one line on stderr and exit status 2.
+``analyze`` -> ``kappalab.analyze`` (when that module is installed), ``measure`` -> :mod:`kappalab.measure`.
+``--help`` works everywhere and never starts work; a usage error is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ commands:
                            (default under results/verify)
   reproduce NAME [ARGS]    reproduce a table: NAME is table1, table2 or table3 (see kappalab reproduce NAME --help)
   analyze [ARGS]           analyses of stored results (see kappalab analyze --help)
+  measure [ARGS]           RIR_theta0 of any model from its features (or a timm model and two image folders) by
+                           three estimators: exact, ours by groups, the authors' (see kappalab measure --help)
   main                     the README's main job: verify, then reproduce Table 1 (paper protocol) on the
                            embedded default data; outputs under results/
 
@@ -74,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         if importlib.util.find_spec("kappalab.analyze") is None:
             return _usage_error("kappalab analyze", "this installation has no kappalab.analyze module")
         return importlib.import_module("kappalab.analyze").main(rest)
+    if command == "measure":
+        return importlib.import_module("kappalab.measure").main(rest)
     if command == "main":
         if rest and rest[0] in HELP:
             print(MAIN_USAGE)

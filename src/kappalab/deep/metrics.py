@@ -13,27 +13,29 @@ compute ``(i)_g = kappa(H~_H,g(theta_I)) / kappa(H~_H,g(theta_0))`` (same sample
 average values"). The exact Eq. 17 uses all samples at once. On small data :func:`rir_theta0` returns both;
 the estimator is biased because kappa of a 100-sample ``H~`` is not kappa of the full ``H~`` (see the tests).
 
-The authors' released code computes a different kappa, kept here under its own name (:func:`log_kappa_authors`,
-``rir_theta0(..., estimator="authors")``) because it is a different quantity, not a second copy of ours: in
-float64 it takes the eigenvalues of ``H~ + 1e-6 I`` and divides the largest by the smallest one *above* ``1e-6``;
-per group it reports ``exp(log kappa_I - log kappa_0)`` and averages those over the groups. When ``D_hid`` exceeds
-the group size, ``H~`` of a group has ``D_hid - group_size`` zero eigenvalues that come out as ``1e-6 +- rounding``;
-some land above ``1e-6``, so the authors' ``s_min`` is that floor and their kappa is ``~ s_max / 1e-6``, a measure
-of the features' scale (doubling the features quadruples it) rather than of their conditioning. Where
-``D_hid <= group size`` (and ``s_min >> 1e-6``) both kappas agree to ``~1e-6 / s_min``.
+The authors' released code computes a different kappa, kept under its own name
+(:func:`kappalab.estimators.log_kappa_authors`, ``rir_theta0(..., estimator="authors")``) because it is a
+different quantity, not a second copy of ours: in float64 it takes the eigenvalues of ``H~ + 1e-6 I`` and
+divides the largest by the smallest one *above* ``1e-6``; per group it reports ``exp(log kappa_I - log kappa_0)``
+and averages those over the groups. When ``D_hid`` exceeds the group size, ``H~`` of a group has
+``D_hid - group_size`` zero eigenvalues that come out as ``1e-6 +- rounding``; some land above ``1e-6``, so the
+authors' ``s_min`` is that floor and their kappa is ``~ s_max / 1e-6``, a measure of the features' scale (doubling
+the features quadruples it) rather than of their conditioning. Where ``D_hid <= group size`` (and
+``s_min >> 1e-6``) both kappas agree to ``~1e-6 / s_min``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Literal
+from typing import Iterable
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..kappa import DEFAULT_SHIFT, condition_number, kappa_shifted
+from ..estimators import AUTHORS_SHIFT, log_kappa_authors  # noqa: F401 (re-exported: their home is kappalab.estimators)
+from ..estimators import Kappa, group_terms, kappa_ratio
+from ..kappa import kappa_of_features
 from .model import ImmunizableModel, hessian_tilde
 
 
@@ -65,40 +67,13 @@ def kappa_tilde(F: torch.Tensor, rtol: float | None = None) -> float:
     """kappa(H~) = kappa(F^T F) = kappa(F)^2 (pseudo-inverse condition number, see the module docstring)."""
     if F.ndim != 2:
         raise ValueError(f"F must be a 2-D (samples x features) matrix, got shape {tuple(F.shape)}")
-    return float(condition_number(F.detach(), rtol)) ** 2
-
-
-AUTHORS_SHIFT = DEFAULT_SHIFT
-"""The diagonal shift of the authors' ``condition_number`` (their ``lambda_diag``, 1e-6)."""
-
-
-def log_kappa_authors(F: torch.Tensor, shift: float = AUTHORS_SHIFT) -> torch.Tensor:
-    """log kappa(H~) as the authors' code computes it (see the module docstring): float64,
-    ``e = eigvalsh(F^T F + shift I)``, ``log max(e) - log min(e[e > shift])``. A 0-d tensor on ``F``'s device."""
-    if F.ndim != 2:
-        raise ValueError(f"F must be a 2-D (samples x features) matrix, got shape {tuple(F.shape)}")
-    F = F.detach().to(torch.float64)
-    return torch.log(kappa_shifted(F.T @ F, shift))  # the official rule's one home: kappalab.kappa
-
-
-Estimator = Literal["pinv", "authors"]
-ESTIMATORS: tuple[str, ...] = ("pinv", "authors")
-
-
-def kappa_ratio(estimator: Estimator, rtol: float | None = None) -> Callable[[torch.Tensor, torch.Tensor], float]:
-    """``(F_I, F_0) -> kappa(H~(F_I)) / kappa(H~(F_0))`` for ``estimator``: ``"pinv"`` (ours, :func:`kappa_tilde`)
-    or ``"authors"`` (``exp(log kappa_I - log kappa_0)`` of :func:`log_kappa_authors`)."""
-    if estimator == "pinv":
-        return lambda FI, F0: kappa_tilde(FI, rtol) / kappa_tilde(F0, rtol)
-    if estimator == "authors":
-        return lambda FI, F0: float(torch.exp(log_kappa_authors(FI) - log_kappa_authors(F0)))
-    raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    return float(kappa_of_features(F.detach(), rtol))
 
 
 @dataclass(frozen=True)
 class RIRTheta0:
     """Eq. 17 terms. ``exact_*``: all samples at once; ``est_*``: mean and std (ddof 0) over the random groups;
-    ``estimator``: the kappa used (see :func:`kappa_ratio`)."""
+    ``estimator``: the kappa used (see :func:`kappalab.estimators.kappa_ratio`)."""
 
     exact_i: float
     exact_ii: float
@@ -116,41 +91,21 @@ class RIRTheta0:
     estimator: str = "pinv"
 
 
-def random_groups(n: int, groups: int, group_size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """``groups`` index sets of ``group_size`` distinct samples each (independent draws, without replacement
-    within a group)."""
-    if not (isinstance(groups, int) and groups >= 1):
-        raise ValueError(f"groups must be a positive int, got {groups!r}")
-    if not (isinstance(group_size, int) and 1 <= group_size <= n):
-        raise ValueError(f"group_size must be an int in [1, {n}] (the number of samples), got {group_size!r}")
-    return [np.sort(rng.choice(n, size=group_size, replace=False)) for _ in range(groups)]
-
-
 def rir_theta0(F_H_I: torch.Tensor, F_H_0: torch.Tensor, F_P_I: torch.Tensor, F_P_0: torch.Tensor, *,
                groups: int = 20, group_size: int = 100, seed: int = 0, rtol: float | None = None,
-               estimator: Estimator = "pinv") -> RIRTheta0:
+               estimator: Kappa = "pinv") -> RIRTheta0:
     """Eq. 17 from features of theta_I (``*_I``) and theta_0 (``*_0``) on the same D_H / D_P samples (row i of
     ``F_H_I`` and ``F_H_0`` is the same image). Exact value and the paper's group estimator, with our kappa
-    (``"pinv"``) or the authors' (``"authors"``); both use the same groups for the same ``seed``."""
+    (``"pinv"``) or the authors' (``"authors"``); both use the same groups for the same ``seed``. The group code is
+    :mod:`kappalab.estimators`' (run here on the tensors as they are; its ``estimate_all`` adds the intervals)."""
     for name, (a, b) in {"F_H": (F_H_I, F_H_0), "F_P": (F_P_I, F_P_0)}.items():
         if a.shape[0] != b.shape[0]:
             raise ValueError(f"{name}_I and {name}_0 must hold the same samples, got {a.shape[0]} and {b.shape[0]} "
                              "rows")
     kr = kappa_ratio(estimator, rtol)
-    rng = np.random.default_rng(seed)
-
-    def ratio(FI: torch.Tensor, F0: torch.Tensor, rows: np.ndarray | None) -> float:
-        if rows is None:
-            return kr(FI, F0)
-        idx = torch.as_tensor(rows, device=FI.device)
-        return kr(FI[idx], F0[idx])
-
-    gH = random_groups(F_H_I.shape[0], groups, group_size, rng)
-    gP = random_groups(F_P_I.shape[0], groups, group_size, rng)
-    i_g = np.array([ratio(F_H_I, F_H_0, g) for g in gH])
-    ii_g = np.array([ratio(F_P_I, F_P_0, g) for g in gP])
+    i_g, ii_g = group_terms(F_H_I, F_H_0, F_P_I, F_P_0, kr, groups=groups, group_size=group_size, seed=seed)
     rir_g = i_g / ii_g
-    ex_i, ex_ii = ratio(F_H_I, F_H_0, None), ratio(F_P_I, F_P_0, None)
+    ex_i, ex_ii = kr(F_H_I, F_H_0), kr(F_P_I, F_P_0)
     return RIRTheta0(ex_i, ex_ii, ex_i / ex_ii, float(i_g.mean()), float(ii_g.mean()), float(rir_g.mean()),
                      float(i_g.std()), float(ii_g.std()), float(rir_g.std()), groups, group_size,
                      tuple(map(float, i_g)), tuple(map(float, ii_g)), estimator)

@@ -3,7 +3,7 @@ float64 Hessian, so shifted-kappa numbers are not reproducible to any digit acro
 the same matrix is.
 
 The run: paper protocol, Ours, seed 3 (docs/reproduction/table1/paper), H_H at theta_I. Three eigenvalues of
-``H_H + shift I`` lie within 4e-13 of the shift (40-digit mpmath eigenvalues of the float64 matrix), far inside any
+``H_H + shift I`` lie within 5e-13 of the shift (40-digit mpmath eigenvalues of the float64 matrix), inside any
 float64 solver's backward error ``eps ||H_H||`` (~2.4e-11). Whether the rule "eigenvalues > shift" keeps one of them
 decides between kappa ~ lambda_max / shift ~ 1.07e11 and lambda_max / 0.159 ~ 6.7e5.
 """
@@ -42,7 +42,10 @@ def test_the_null_eigenvalues_sit_on_the_shift_within_rounding(run):
                                                          eigvals_only=True)))
     backward_error = EPS * np.linalg.norm(H, 2)
     near = np.abs(lam - DEFAULT_SHIFT) < backward_error
-    assert near.sum() == 3 and np.max(np.abs(lam[near] - DEFAULT_SHIFT)) < 4e-13 < backward_error / 50
+    # three eigenvalues lie within the backward error of the shift, so rounding decides which of them the rule
+    # keeps; where exactly depends on how H_H's product was rounded (this machine: -4.9e-13, +3.2e-14, +3.7e-13,
+    # docs/reproduction/table1/shifted_solvers.json), so no bound tighter than the backward error is asserted
+    assert near.sum() == 3
     assert lam[~near & (lam > DEFAULT_SHIFT)][0] - DEFAULT_SHIFT > 0.15  # the next one: a real eigenvalue
 
 

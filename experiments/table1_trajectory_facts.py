@@ -12,7 +12,8 @@ official protocol), per method and learning rate, over the seeds, on all rows (`
   (ii) <= 1;
 * ``first_reaching_paper``: the first epoch with RIR >= the paper's 356.2 and (ii) there (None: never);
 * ``loss_P_min`` and ``loss_P_last``: the trained head's D_P loss, its minimum over epochs >= 1 and at the last epoch;
-* ``at_epoch``: mean (i), (ii), RIR over seeds at epochs 100 and 1000 (when the run has them);
+* ``at_epoch``: mean, std and min of (i), (ii), RIR over seeds at epochs 0 (theta_0), 100 and 1000 (when the run
+  has them);
 * ``kappa_H_identity``: kappa(X_H^T X_H) on each view (full, val, test).
 """
 
@@ -45,7 +46,7 @@ def run_facts(z: np.lib.npyio.NpzFile) -> dict:
                                                            "term_ii": float(ii[hit[0]])},
         "loss_P_min": float(loss[later].min()), "loss_P_last": float(loss[-1]),
         "at_epoch": {str(e): {t: float(z[f"full.{t}"][epoch == e][0]) for t in ("term_i", "term_ii", "rir")}
-                     for e in (100, 1000) if e in set(epoch.tolist())},
+                     for e in (0, 100, 1000) if e in set(epoch.tolist())},
         "kappa_H_identity": {v: float(z[f"{v}.kappa_H_identity"]) for v in ("full", "val", "test")
                              if f"{v}.kappa_H_identity" in z.files},
     }

@@ -30,15 +30,16 @@ GIST_WORDS = 12
 
 @dataclass(frozen=True)
 class MeanStd:
-    """A mean and sample std over ``n`` runs (``std`` NaN for one run)."""
+    """A mean and sample std over ``n`` runs (``std`` NaN for one run; ``n`` None: not known, e.g. a paper's)."""
 
     mean: float
     std: float
-    n: int
+    n: int | None
 
     def text(self, fmt: str = "{:.4g}") -> str:
-        body = f"{fmt.format(self.mean)} ± {fmt.format(self.std)}" if self.n > 1 else fmt.format(self.mean)
-        return f"{body} (n={self.n})"
+        one = self.n == 1
+        body = fmt.format(self.mean) if one else f"{fmt.format(self.mean)} ± {fmt.format(self.std)}"
+        return body if self.n is None else f"{body} (n={self.n})"
 
 
 def read_verdicts(path: str | Path) -> list[dict[str, Any]]:
@@ -54,13 +55,13 @@ def check_files(row: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(test.split("::")[0] for test in row["tests"]))
 
 
-def claims_table(rows: Sequence[Mapping[str, Any]], link_prefix: str = "") -> str:
-    """Markdown: ID | claim (the registry's gist) | verdict | check file(s), one row per verdict row."""
+def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: ID | claim (the registry's gist) | verdict | check file, one row per verdict row."""
     gist = {c["id"]: c["gist"] for c in load_registry()}
     lines = ["| ID | claim | verdict | check |", "|---|---|---|---|"]
     for r in rows:
-        files = ", ".join(f"[{Path(f).name}]({link_prefix}{f})" for f in check_files(r))
-        lines.append(f"| {r['id']} | {gist[r['id']]} | **{r['verdict']}** | {files} |")
+        main = check_files(r)[0]  # the claim's own module (a shared one, e.g. test_bound_mutants.py, comes after)
+        lines.append(f"| {r['id']} | {gist[r['id']]} | **{r['verdict']}** | [{Path(main).name}]({main}) |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,4 @@
-"""``pytest proofs_checks``: one module per claim of /work/shared/paper/CLAIMS.md.
+"""``pytest proofs_checks``: one module per claim of docs/claims.md.
 
 Hypothesis profiles (see :mod:`proofs_checks.profiles`): ``ci`` (default, derandomized, small budgets) and
 ``deep`` (``KAPPALAB_HYPOTHESIS_PROFILE=deep``, randomized, 40x the examples). Evidence (case counts, families,

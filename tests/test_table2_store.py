@@ -1,7 +1,8 @@
 """The committed full-MNIST stores of Table 2 with trajectories (docs/reproduction/table2/paper_alg1/: the paper
-protocol, Alg. 1; docs/reproduction/table2/official_traj/: the official protocol): every number of each report
-recomputes from the stored trajectories and spectra, and the two routes to a run's final (i), (ii), RIR (the
-trajectory's thin-QR route on the train part, the record's spectra of X theta (+ 1 b^T)) agree."""
+protocol, Alg. 1; docs/reproduction/table2/official_traj/: the official protocol): the records carry their data,
+every number of each report recomputes from the stored trajectories, and the two routes to a run's final (i), (ii),
+RIR (the trajectory's thin-QR route on the train part, the record's spectra of X theta (+ 1 b^T)) agree. Eq. 15
+from the stored spectra is recomputed in plain NumPy, outside kappalab, by tests/test_stores_independent.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import numpy as np
 import pytest
 
 from kappalab.reproduce.table2 import selection, table2_config
-from kappalab.reproduce.table2.spectra import rir_from_spectra
 from kappalab.results import RunStore, to_jsonable
 
 ROOT = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2"
@@ -29,7 +29,7 @@ def store(request: pytest.FixtureRequest) -> tuple[str, Path, list[dict]]:
     return protocol, folder, recs
 
 
-def test_records_carry_data_and_recompute_from_their_spectra(store: tuple[str, Path, list[dict]]) -> None:
+def test_records_carry_their_data_and_steps(store: tuple[str, Path, list[dict]]) -> None:
     protocol, folder, records = store
     shas = {(r["result"]["data"]["name"], r["result"]["data"]["sha256"], r["result"]["data"]["test_sha256"])
             for r in records}
@@ -39,9 +39,7 @@ def test_records_carry_data_and_recompute_from_their_spectra(store: tuple[str, P
         assert len(data["rows_per_digit"]) == 10 and sum(data["rows_per_digit"]) == 60000
         assert sum(data["test_rows_per_digit"]) == 10000
         assert set(data["pair_rows"]) == {"train", "validation", "test"}
-        with np.load(folder / r["result"]["files"]["spectra"]) as z:
-            again = rir_from_spectra({k: z[k] for k in z.files})
-        assert again == r["result"]["gram"], r["key"]
+        assert (folder / r["result"]["files"]["spectra"]).is_file(), r["key"]
         assert r["identity"]["data"]["sha256"] == data["sha256"]
         assert r["identity"]["config"]["protocol"] == protocol and r["key"].startswith(f"{protocol}.traj.")
         # paper: one full-batch step per epoch; official: 64-row minibatches of each digit's train rows, drop_last

@@ -39,7 +39,9 @@ NAME:
 MAIN_USAGE = """usage: kappalab main
 
 Runs `kappalab verify`, then `kappalab reproduce table1 --protocol paper` (4 methods x 5 seeds, ~7 min on one
-CPU core); outputs under results/verify and results/table1. Takes no arguments.
+CPU core); outputs under results/verify and results/table1. Ends with a one-screen summary: how many of the paper's
+claims got each verdict (the IDs of those that do not hold) and Table 1's row for Ours beside the paper's, with
+the paths of the full reports. Takes no arguments.
 """
 
 #: reproduce NAME -> the module whose ``main(argv)`` runs it (table3's command line parses without torch)
@@ -84,9 +86,28 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if rest:
             return _usage_error("kappalab main", f"takes no arguments, got {rest[0]!r}")
-        code = main(["verify"])
-        return code or main(["reproduce", "table1", "--protocol", "paper"])
+        return _main_job()
     return _usage_error("kappalab", f"unknown command {command!r}")
+
+
+def _main_job() -> int:
+    """``kappalab main``: verify, then Table 1 (paper protocol) if every claim check passed; then the summary of what
+    this call wrote (a verdicts.json left by an earlier call is not summarized)."""
+    from kappalab.cli_options import RESULTS
+    from kappalab.findings import summary
+
+    verdicts, table1 = RESULTS / "verify" / "verdicts.json", RESULTS / "table1" / "table1_paper.json"
+    stamp = lambda: verdicts.stat().st_mtime_ns if verdicts.is_file() else None  # noqa: E731
+    before = stamp()
+    code = main(["verify"])
+    if code != 0:
+        why = "not run (a claim check failed or did not complete; see kappalab verify's output above)"
+    else:
+        code = main(["reproduce", "table1", "--protocol", "paper"])
+        why = f"did not complete (exit status {code})"
+    if stamp() not in (None, before):  # verify wrote it in this call
+        print(summary(verdicts, table1 if code == 0 else None, why))
+    return code
 
 
 if __name__ == "__main__":

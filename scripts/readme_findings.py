@@ -194,8 +194,9 @@ DEEP_FAILURES = {
         "1.0e-16 with lambda_1(H) = 0.0155, is below the rounding of products whose size is ||theta||^2 ||K|| = 1 "
         "(theta and K both with singular values 1, 0.032, 0.001)",
     "proofs_checks/test_P3_2.py::test_eq10_equals_spectrum_when_theta_left_vectors_are_eigenvectors_of_k":
-        "a drawn tie: theta's singular values 0.990099, 0.990099 are equal despite min_gap, so theta's singular "
-        "vectors are not unique and the SVD need not return K's eigenvectors, the test's premise",
+        "a drawn tie: min_gap bounds only the extreme gaps (s_1 - s_2, s_{k-1} - s_k; strategies.spectra), so "
+        "theta's interior singular values 0.990099, 0.990099 came out equal; theta's singular vectors are then not "
+        "unique and the SVD need not return K's eigenvectors, the test's premise",
     "proofs_checks/test_T4_3_2.py::test_measure_bounds_and_vacuity_under_rescaling_of_K":
         "the harness: for theta and K with the same left singular vectors and singular values (100, 1) the "
         "float64 bound evaluates to -1.0 while the 80-digit bound is positive, which measure_bound raises as an "

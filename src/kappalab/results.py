@@ -14,6 +14,11 @@ run) per line. Faults are answered so that nothing stored is lost and a rerun re
   and the line. :meth:`RunStore.repair` (``kappalab repair-store FILE``) moves every such line to a backup file
   ``<store>.rejected-<UTC time>`` and rewrites the store atomically (temporary file, fsync, rename); their runs are
   then redone.
+* **A store or folder that vanishes during a run** is a :class:`StoreWriteError` too, never a new store started
+  silently without the runs it held.
+
+Every fault is a :class:`StoreError` whose message names the file and what to do; the CLI prints it as one line and
+exits with status 2 (:func:`kappalab.cli_options.command`).
 
 Non-finite floats are written as the tokens ``NaN`` / ``Infinity`` that Python's ``json``
 module reads back (strict JSON parsers reject them).
@@ -180,7 +185,7 @@ class RunStore:
         self._seen = True
         data = self.path.read_bytes()
         end = data.rfind(b"\n") + 1
-        return data[:end].splitlines(), data[end:]
+        return data[:end].split(b"\n")[:-1], data[end:]
 
     def _read(self) -> tuple[list[dict[str, Any]], int]:
         """Parsed records and the byte length of the torn tail (0 if none); StoreCorruptError on a bad line."""
@@ -209,13 +214,13 @@ class RunStore:
     def _cut_torn(self) -> None:
         """Under the lock (so no write is in flight), move a torn tail to a backup file and cut it off."""
         with self._writing():
-            lines, tail = self._lines()
+            _, tail = self._lines()
             if not tail:
                 return
             backup = _backup(self.path, "torn", tail)
             try:
                 with open(self.path, "r+b") as handle:
-                    handle.truncate(sum(len(line) + 1 for line in lines))
+                    handle.truncate(handle.seek(0, os.SEEK_END) - len(tail))
                     os.fsync(handle.fileno())
             except OSError as error:
                 raise (output_fault(error, self.path) or error) from None

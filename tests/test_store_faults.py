@@ -162,3 +162,11 @@ def test_a_write_fault_after_the_first_run_is_one_line_and_a_rerun_resumes(fault
     rerun = faults.rerun[fault]
     assert rerun.code == 0 and rerun.stderr == "", rerun.stderr
     assert store.read_bytes().startswith(stored) and len(set(_keys(store))) == 3
+
+
+def test_repair_store_usage_errors_are_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "none.jsonl"
+    done = _run_all({"no file": (["repair-store"], None), "missing": (["repair-store", str(missing)], None)})
+    assert done["no file"].code == 2 and "required: FILE" in _one_line(done["no file"])
+    assert done["missing"].code == 2 and _one_line(done["missing"]) == \
+        f"kappalab repair-store: error: FILE: no file {missing}"

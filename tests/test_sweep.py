@@ -7,6 +7,7 @@ which session.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -178,8 +179,6 @@ def test_a_full_disk_in_a_worker_is_one_line_naming_its_file(tmp_path: Path, wor
 
 
 def test_a_full_disk_in_a_batched_runner_is_one_line(tmp_path: Path) -> None:
-    import errno
-
     def runner(params_list):
         yield 0, {"x": 0}
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "spectra/j1.npz")

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
+import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kappalab import provenance as prov
-from kappalab.results import RunStore, save_array, to_jsonable
+from kappalab.results import Repair, RunStore, StoreCorruptError, StoreNotice, StoreWriteError, save_array, \
+    to_jsonable
 
 
 def test_to_jsonable_converts_numpy_and_containers() -> None:
@@ -48,24 +53,79 @@ def test_append_and_resume(tmp_path: Path) -> None:
         resumed.append({"value": 1})
 
 
-def test_torn_last_line_is_ignored_then_cut(tmp_path: Path) -> None:
+def test_torn_last_line_is_moved_to_a_backup_once(tmp_path: Path) -> None:
     path = tmp_path / "runs.jsonl"
     store = RunStore(path)
     store.append({"key": "a"})
     with open(path, "ab") as handle:
         handle.write(b'{"key": "b", "val')
-    with pytest.warns(UserWarning, match="torn last line of 17 bytes"):
+    with pytest.warns(StoreNotice, match=r"moved a torn last line \(17 bytes.*to runs\.jsonl\.torn-"):
         assert store.done_keys() == {"a"}
-    with pytest.warns(UserWarning, match="cutting a torn last line"):
+    [backup] = tmp_path.glob("runs.jsonl.torn-*")
+    assert backup.read_bytes() == b'{"key": "b", "val'
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # set aside once: no second notice
         store.append({"key": "b", "val": 1})
     assert path.read_text().splitlines() == ['{"key": "a"}', '{"key": "b", "val": 1}']
 
 
-def test_corrupt_complete_line_raises(tmp_path: Path) -> None:
+def test_torn_last_line_is_left_alone_while_another_process_holds_the_lock(tmp_path: Path) -> None:
+    """The tail may be a write in flight: a reader that cannot take the lock skips it and leaves the file."""
     path = tmp_path / "runs.jsonl"
-    path.write_text('{"key": "a"}\nnot json\n')
-    with pytest.raises(ValueError, match="line 2 is not valid JSON"):
+    path.write_bytes(b'{"key": "a"}\n{"key": "b"')
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; h = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(h, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+                               str(path) + ".lock"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert RunStore(path).done_keys() == {"a"}
+        assert path.read_bytes() == b'{"key": "a"}\n{"key": "b"' and not list(tmp_path.glob("*.torn-*"))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_corrupt_complete_line_names_file_and_line_and_repair_moves_it_out(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"key": "a"}\nnot json\n[1, 2]\n{"key": "d"}\n{"key": "e"')
+    with pytest.raises(StoreCorruptError, match=r"runs\.jsonl: line 2 is not a stored run: not valid JSON.*"
+                                                 r"\(and 1 more line\(s\)\).*kappalab repair-store") as caught:
         RunStore(path).records()
+    assert caught.value.line == 2 and isinstance(caught.value, ValueError)
+    done = RunStore(path).repair()
+    assert (done.kept, done.rejected) == (2, (2, 3, 5))
+    assert done.backup.read_text() == 'not json\n[1, 2]\n{"key": "e"\n'
+    assert path.read_text() == '{"key": "a"}\n{"key": "d"}\n'
+    assert RunStore(path).repair() == Repair(2, (), None)
+
+
+def test_a_failed_append_leaves_the_store_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk during an append (a short write, then ENOSPC) leaves no half record: the file is cut back."""
+    path = tmp_path / "runs.jsonl"
+    store = RunStore(path)
+    store.append({"key": "a"})
+    before = path.read_bytes()
+    real_write, calls = os.write, []
+
+    def full_disk(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data)[:5])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(StoreWriteError, match=r"runs\.jsonl: No space left on device; free some disk space"):
+        store.append({"key": "b", "value": 1.5})
+    monkeypatch.undo()
+    assert calls[0] > 5 and len(calls) == 2 and path.read_bytes() == before
+    store.append({"key": "b"})
+    assert store.done_keys() == {"a", "b"}
+    path.unlink()  # the store vanishes during the run: its next append says so rather than start a new file
+    with pytest.raises(StoreWriteError, match="runs.jsonl: the store or its folder vanished during the run"):
+        store.append({"key": "c"})
+    assert not path.exists()
 
 
 def test_save_array(tmp_path: Path) -> None:

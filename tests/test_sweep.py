@@ -7,6 +7,7 @@ which session.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -19,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from kappalab.results import RunStore
-from kappalab.sweep import Job, SweepError, run_sweep
+from kappalab.results import RunStore, StoreWriteError
+from kappalab.sweep import Job, SweepError, run_batched_sweep, run_sweep
 
 WORKERS_SOURCE = textwrap.dedent('''
-    import os, time
+    import errno, os, time
     from pathlib import Path
 
     def square(params):
@@ -32,6 +33,8 @@ WORKERS_SOURCE = textwrap.dedent('''
         time.sleep(params.get("sleep", 0.0))
         if params.get("fail_flag") and Path(params["fail_flag"]).exists() and params["name"] == "j3":
             raise RuntimeError("injected failure of j3")
+        if params.get("full_disk") and params["name"] == "j2":  # writing its own output file fails
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), params["full_disk"])
         return {"square": params["x"] ** 2, "omp": os.environ.get("OMP_NUM_THREADS")}
 ''')
 
@@ -156,3 +159,31 @@ def test_a_second_sweep_on_one_store_is_refused(tmp_path: Path, workers_module) 
         with pytest.raises(StoreBusyError, match="in use by another run"):
             run_sweep(make_jobs(1, tmp_path / "log"), workers_module.square, store, progress=False)
     assert run_sweep(make_jobs(1, tmp_path / "log"), workers_module.square, store, progress=False).completed == 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_full_disk_in_a_worker_is_one_line_naming_its_file(tmp_path: Path, workers_module, workers: int) -> None:
+    """A worker's OSError(ENOSPC) is the user's to fix: StoreWriteError, one line naming the file (no worker
+    traceback, unlike SweepError); the runs stored before are kept and the next call resumes."""
+    store, full = RunStore(tmp_path / "runs.jsonl"), str(tmp_path / "runs" / "j2.npy")
+    with pytest.raises(StoreWriteError) as caught:
+        run_sweep(make_jobs(4, tmp_path / "log1", full_disk=full), workers_module.square, store, workers=workers,
+                  progress=False)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{full}: No space left on device; free some disk space")
+    first = store.done_keys()
+    assert "j2" not in first and (workers > 1 or first == {"j0", "j1"})
+    assert run_sweep(make_jobs(4, tmp_path / "log2"), workers_module.square, store, progress=False).completed \
+        == 4 - len(first)
+    assert not first & set(logged(tmp_path / "log2"))
+
+
+def test_a_full_disk_in_a_batched_runner_is_one_line(tmp_path: Path) -> None:
+    def runner(params_list):
+        yield 0, {"x": 0}
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "spectra/j1.npz")
+
+    store = RunStore(tmp_path / "runs.jsonl")
+    with pytest.raises(StoreWriteError, match=r"^spectra/j1\.npz: No space left on device"):
+        run_batched_sweep([Job("j0"), Job("j1")], runner, store, progress=False)
+    assert store.done_keys() == {"j0"}

@@ -3,7 +3,8 @@
 
 Each sub-command lives in its own module with a ``main(argv) -> int`` entry point, imported only when used:
 ``verify`` -> :mod:`kappalab.verify`, ``reproduce table1|table2|table3`` -> :data:`REPRODUCIBLE`,
-``analyze`` -> ``kappalab.analyze`` (when that module is installed), ``measure`` -> :mod:`kappalab.measure`.
+``analyze`` -> ``kappalab.analyze`` (when that module is installed), ``measure`` -> :mod:`kappalab.measure`;
+``repair-store`` is :func:`repair_store`.
 ``--help`` works everywhere and never starts work; a usage error is one line on stderr and exit status 2.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from pathlib import Path
 
 USAGE = """usage: kappalab COMMAND [ARGS]
 
@@ -24,6 +26,8 @@ commands:
                            three estimators: exact, ours by groups, the authors' (see kappalab measure --help)
   main                     the README's main job: verify, then reproduce Table 1 (paper protocol) on the
                            embedded default data; outputs under results/
+  repair-store FILE...     move the lines of a results store (.jsonl) that are not runs to a backup file beside
+                           it; the next run of the same command redoes those runs
 
 Every command takes --help. Outputs go under results/ unless --out (--out-dir for verify) says otherwise.
 """
@@ -80,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module("kappalab.analyze").main(rest)
     if command == "measure":
         return importlib.import_module("kappalab.measure").main(rest)
+    if command == "repair-store":
+        return repair_store(rest)
     if command == "main":
         if rest and rest[0] in HELP:
             print(MAIN_USAGE)
@@ -108,6 +114,32 @@ def _main_job() -> int:
     if stamp() not in (None, before):  # verify wrote it in this call
         print(summary(verdicts, table1 if code == 0 else None, why))
     return code
+
+
+def repair_store(argv: list[str]) -> int:
+    """``kappalab repair-store FILE...``: :meth:`kappalab.results.RunStore.repair` on each store, one line each."""
+    from kappalab.cli_options import Parser, UsageError, command
+    from kappalab.results import RunStore
+
+    parser = Parser(prog="kappalab repair-store", description=(
+        "Move every line of each results store (a .jsonl file) that is not a stored run, and a torn last line, to "
+        "a backup file FILE.rejected-<UTC time> beside it, and rewrite the store with the rest (atomically). The "
+        "next run of the command that wrote the store redoes the runs of the lines moved out."))
+    parser.add_argument("stores", nargs="+", metavar="FILE", help="a store, e.g. results/table1/runs_paper.jsonl")
+
+    @command("kappalab repair-store")
+    def run(args: list[str]) -> int:
+        stores = parser.parse_args(args).stores
+        missing = [path for path in stores if not Path(path).is_file()]
+        if missing:
+            raise UsageError(f"FILE: no file {missing[0]}")
+        for path in stores:
+            done = RunStore(path).repair()
+            print(f"{path}: {done.kept} run(s) kept" + (f"; line(s) {', '.join(map(str, done.rejected))} moved to "
+                                                       f"{done.backup}" if done.backup else "; nothing to repair"))
+        return 0
+
+    return run(argv)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """What every ``kappalab`` command shares: one-line usage errors, checked argument types, the default output
 folder, ``--config`` / ``--set``, and the wrapper that turns user errors and Ctrl-C into one line.
 
-User errors exit with status 2 and ONE line on stderr naming the argument and the problem (no traceback);
+User errors exit with status 2 and ONE line on stderr naming the argument and the problem (no traceback); so do
+faults of the results on disk (a corrupt store line, a full disk, a read-only or vanished output folder: see
+:mod:`kappalab.results`), and a store's own notice (a torn last line set aside) is one line, not a Python warning.
 Ctrl-C during a sweep stops every worker and prints one line on how to resume (status 130).
 """
 
@@ -11,6 +13,7 @@ import argparse
 import contextlib
 import functools
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -104,20 +107,46 @@ def data_errors(argument: str) -> Iterator[None]:
             from None
 
 
+@contextlib.contextmanager
+def _store_notices(prog: str) -> Iterator[None]:
+    """Show each :class:`kappalab.results.StoreNotice` as one line ``PROG: MESSAGE`` (no source path); other
+    warnings as before."""
+    from kappalab.results import StoreNotice
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None) -> None:  # type: ignore[no-untyped-def]
+            if issubclass(category, StoreNotice):
+                print(f"{prog}: {message}", file=sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 def command(prog: str) -> Callable[[Callable[[list[str]], int]], Callable[[Sequence[str] | None], int]]:
     """Decorate a ``main(argv) -> int``: user errors -> one line + status 2; Ctrl-C -> one line + status 130."""
     def wrap(main: Callable[[list[str]], int]) -> Callable[[Sequence[str] | None], int]:
         @functools.wraps(main)
         def run(argv: Sequence[str] | None = None) -> int:
             from kappalab.configs import ConfigError
-            from kappalab.results import StoreBusyError
+            from kappalab.results import StoreError, output_fault
             from kappalab.sweep import SweepInterrupted
 
             args = list(sys.argv[1:] if argv is None else argv)
             try:
-                return main(args)
-            except (UsageError, ConfigError, StoreBusyError) as error:
+                with _store_notices(prog):
+                    return main(args)
+            except (UsageError, ConfigError, StoreError) as error:
                 print(f"{prog}: error: {error}", file=sys.stderr)
+                return 2
+            except OSError as error:  # a write fault the user can fix: one line; any other is a bug (traceback)
+                fault = output_fault(error)
+                if fault is None:
+                    raise
+                print(f"{prog}: error: {fault}", file=sys.stderr)
                 return 2
             except SweepInterrupted as stop:
                 print(f"{prog}: {stop}; run the same command again to resume", file=sys.stderr)

@@ -1,10 +1,24 @@
 """Resumable, append-only store of experiment results.
 
-A :class:`RunStore` is a JSON-lines file: one record (a JSON object with a string ``"key"``
-naming the run) per line.  Each append writes the whole line including its newline, flushes
-and ``os.fsync``-s, so a crash leaves at most one torn last line (without a trailing newline).
-Loading ignores such a torn line and reports it with a :class:`UserWarning`; the next append
-cuts it off before writing.  Any other unparsable line is corruption and raises ValueError.
+A :class:`RunStore` is a JSON-lines file: one record (a JSON object with a non-empty string ``"key"`` naming the
+run) per line. Faults are answered so that nothing stored is lost and a rerun resumes:
+
+* **Each append is whole or absent.** The line (with its newline) goes out with ``os.write`` and ``os.fsync`` under
+  the store's lock; if a write fails (a full disk, a folder made read-only or removed), the file is cut back to its
+  length before the append and :class:`StoreWriteError` says in one line what to do.
+* **A torn last line** (no trailing newline: a write killed mid-way) is not a record. The first reader that can take
+  the lock (so no write is in flight) moves it to a backup file ``<store>.torn-<UTC time>`` and cuts it off, with one
+  :class:`StoreNotice`; its run is redone. A reader that cannot take the lock (another run is writing, or the folder
+  is read-only) ignores the tail and leaves the file as it is.
+* **A complete line that is not a record** is corruption: reading raises :class:`StoreCorruptError` naming the file
+  and the line. :meth:`RunStore.repair` (``kappalab repair-store FILE``) moves every such line to a backup file
+  ``<store>.rejected-<UTC time>`` and rewrites the store atomically (temporary file, fsync, rename); their runs are
+  then redone.
+* **A store or folder that vanishes during a run** is a :class:`StoreWriteError` too, never a new store started
+  silently without the runs it held.
+
+Every fault is a :class:`StoreError` whose message names the file and what to do; the CLI prints it as one line and
+exits with status 2 (:func:`kappalab.cli_options.command`).
 
 Non-finite floats are written as the tokens ``NaN`` / ``Infinity`` that Python's ``json``
 module reads back (strict JSON parsers reject them).
@@ -18,10 +32,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import errno
 import json
 import math
 import os
 import re
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -57,12 +73,99 @@ def to_jsonable(value: Any) -> Any:
     raise TypeError(f"value of type {type(value).__name__} is not JSON-serializable: {value!r:.80}")
 
 
-class StoreBusyError(RuntimeError):
+# ---- faults: each one line saying what to do (the CLI prints it, exit status 2) ---------------------------------
+
+class StoreError(RuntimeError):
+    """A fault of a results store or output file that the user can fix; the message says how."""
+
+
+class StoreBusyError(StoreError):
     """Another process holds the store's lock (two runs on one store)."""
 
 
+class StoreCorruptError(StoreError, ValueError):
+    """A complete line of a store is not a record; ``path`` and ``line`` (1-based) name the first such line."""
+
+    def __init__(self, path: Path, bad: Sequence[tuple[int, str]]) -> None:
+        line, reason = bad[0]
+        more = f" (and {len(bad) - 1} more line(s))" if len(bad) > 1 else ""
+        super().__init__(f"{path}: line {line} is not a stored run: {reason}{more}; to move the bad line(s) to a "
+                         f"backup file and redo their runs: kappalab repair-store {path} (or fix the line by hand)")
+        self.path, self.line = path, line
+
+
+class StoreWriteError(StoreError):
+    """Writing a store or an output file failed (a full disk, a read-only or vanished folder); what was stored
+    before is kept."""
+
+
+class StoreNotice(UserWarning):
+    """A store was set right on its own (a torn last line moved to a backup); the CLI shows it as one line."""
+
+
+#: errno of a write fault the user can fix -> what to do
+_ADVICE = {
+    errno.ENOSPC: "free some disk space",
+    errno.EDQUOT: "free some space (disk quota exceeded)",
+    errno.EFBIG: "free some space or choose another --out (file too large)",
+    errno.EROFS: "make the folder writable or choose another --out",
+    errno.EACCES: "make the folder writable or choose another --out",
+    errno.EPERM: "make the folder writable or choose another --out",
+}
+_RESUME = "then run the same command again: it resumes after the runs already stored"
+
+
+def _vanished(path: Path) -> StoreWriteError:
+    return StoreWriteError(f"{path}: the store or its folder vanished during the run (moved or deleted?); put it back "
+                           "and run the same command again to resume, or rerun with another --out")
+
+
+def output_fault(error: BaseException, path: str | os.PathLike[str] | None = None) -> StoreWriteError | None:
+    """The one-line :class:`StoreWriteError` for an OSError the user can fix (:data:`_ADVICE`), else None."""
+    if not isinstance(error, OSError) or error.errno not in _ADVICE:
+        return None
+    where = path if path is not None else error.filename if error.filename is not None else "an output file"
+    return StoreWriteError(f"{where}: {error.strerror or error}; {_ADVICE[error.errno]}; {_RESUME}")
+
+
+def _backup(path: Path, kind: str, data: bytes) -> Path:
+    """Write ``data`` to a new ``<path>.<kind>-<UTC time>[.N]`` (fsync-ed) and return its path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target, n = path.with_name(f"{path.name}.{kind}-{stamp}"), 1
+    while target.exists():
+        target, n = path.with_name(f"{path.name}.{kind}-{stamp}.{n}"), n + 1
+    try:
+        with open(target, "xb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise (output_fault(error, target) or error) from None
+    return target
+
+
+def _parse(line: bytes) -> tuple[dict[str, Any] | None, str]:
+    """``(record, "")`` for a record line, ``(None, reason)`` for anything else."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return None, f"not valid JSON ({error})"
+    if not isinstance(record, dict) or not isinstance(record.get(KEY_FIELD), str) or not record[KEY_FIELD]:
+        return None, f"not a JSON object with a non-empty string {KEY_FIELD!r}"
+    return record, ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Repair:
+    """What :meth:`RunStore.repair` did: records kept, the line numbers moved out, and their backup file."""
+
+    kept: int
+    rejected: tuple[int, ...]
+    backup: Path | None
+
+
 class RunStore:
-    """Append-only JSON-lines results file.
+    """Append-only JSON-lines results file (see the module docstring for its fault handling).
 
     Args:
         path: the ``.jsonl`` file; it and its folder are created on the first append.
@@ -70,81 +173,163 @@ class RunStore:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._seen = False  # the file existed at a read or append of this object (its vanishing is then a fault)
+        self._held = False  # this object holds the lock
+
+    def _lines(self) -> tuple[list[bytes], bytes]:
+        """The complete lines and the torn tail (b"" if none)."""
+        if not self.path.exists():
+            if self._seen:
+                raise _vanished(self.path)
+            return [], b""
+        self._seen = True
+        data = self.path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        return data[:end].split(b"\n")[:-1], data[end:]
 
     def _read(self) -> tuple[list[dict[str, Any]], int]:
-        """Parsed complete records and the byte length of the torn tail (0 if none)."""
-        if not self.path.exists():
-            return [], 0
-        data = self.path.read_bytes()
-        complete_end = data.rfind(b"\n") + 1
-        records = []
-        for number, line in enumerate(data[:complete_end].splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{self.path}: line {number} is not valid JSON ({error})") from error
-            records.append(record)
-        return records, len(data) - complete_end
+        """Parsed records and the byte length of the torn tail (0 if none); StoreCorruptError on a bad line."""
+        lines, tail = self._lines()
+        records, bad = [], []
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                record, reason = _parse(line)
+                if record is None:
+                    bad.append((number, reason))
+                else:
+                    records.append(record)
+        if bad:
+            raise StoreCorruptError(self.path, bad)
+        return records, len(tail)
 
     def records(self) -> list[dict[str, Any]]:
-        """All complete records, in file order; warns if a torn last line is ignored."""
+        """All records, in file order. A torn last line is set aside (:meth:`_cut_torn`) when that is safe; when
+        not (another run is writing, or the folder is read-only or full) it is left alone and skipped."""
         records, torn = self._read()
         if torn:
-            warnings.warn(
-                f"{self.path}: ignoring a torn last line of {torn} bytes (no trailing newline; "
-                "an interrupted write). It is removed by the next append.",
-                UserWarning,
-                stacklevel=2,
-            )
+            with contextlib.suppress(StoreBusyError, StoreWriteError):
+                self._cut_torn()
         return records
+
+    def _cut_torn(self) -> None:
+        """Under the lock (so no write is in flight), move a torn tail to a backup file and cut it off."""
+        with self._writing():
+            _, tail = self._lines()
+            if not tail:
+                return
+            backup = _backup(self.path, "torn", tail)
+            try:
+                with open(self.path, "r+b") as handle:
+                    handle.truncate(handle.seek(0, os.SEEK_END) - len(tail))
+                    os.fsync(handle.fileno())
+            except OSError as error:
+                raise (output_fault(error, self.path) or error) from None
+        warnings.warn(f"{self.path}: moved a torn last line ({len(tail)} bytes, an interrupted write) to "
+                      f"{backup.name}; its run is redone", StoreNotice, stacklevel=3)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold an exclusive lock (``<store>.lock``, ``flock``) while a run writes to this store; a second holder
-        gets :class:`StoreBusyError` at once. The lock dies with its process, so a killed run leaves none."""
+        gets :class:`StoreBusyError` at once (a second ``lock()`` in this process included). The lock dies with its
+        process, so a killed run leaves none."""
         import fcntl
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(self.path.name + ".lock"), "a") as handle:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.path.with_name(self.path.name + ".lock"), "a")
+        except OSError as error:
+            raise (output_fault(error, self.path.parent) or error) from None
+        with handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise StoreBusyError(f"{self.path} is in use by another run (wait for it, or use another --out)") \
                     from None
+            self._held = True
             try:
                 yield
             finally:
+                self._held = False
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _writing(self) -> contextlib.AbstractContextManager[None]:
+        """The lock for one write of this object: the one it holds, else taken for the write."""
+        return contextlib.nullcontext() if self._held else self.lock()
 
     def done_keys(self) -> set[str]:
         """Keys of the runs already recorded."""
         return {record[KEY_FIELD] for record in self.records()}
 
     def append(self, record: Mapping[str, Any]) -> None:
-        """Write one record as one line, then flush and fsync.
+        """Write one record as one line, whole or not at all (module docstring), under the lock.
 
-        Raises ValueError if the record has no string ``"key"`` or the key is already stored.
+        Raises ValueError if the record has no string ``"key"`` or the key is already stored, and
+        :class:`StoreWriteError` (the file as before the call) if the write fails.
         """
         key = record.get(KEY_FIELD)
         if not isinstance(key, str) or not key:
             raise ValueError(f"record must have a non-empty string {KEY_FIELD!r}, got {key!r}")
-        existing, torn = self._read()
-        if any(r.get(KEY_FIELD) == key for r in existing):
-            raise ValueError(f"{self.path}: a record with key {key!r} is already stored")
-        line = json.dumps(to_jsonable(record), sort_keys=True) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "r+b" if self.path.exists() else "wb") as handle:
-            handle.seek(0, os.SEEK_END)
+        line = (json.dumps(to_jsonable(record), sort_keys=True) + "\n").encode("utf-8")
+        with self._writing():
+            records, torn = self._read()
+            if any(r[KEY_FIELD] == key for r in records):
+                raise ValueError(f"{self.path}: a record with key {key!r} is already stored")
             if torn:
-                warnings.warn(f"{self.path}: cutting a torn last line of {torn} bytes before appending",
-                              UserWarning, stacklevel=2)
-                handle.truncate(handle.tell() - torn)
-                handle.seek(0, os.SEEK_END)
-            handle.write(line.encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
+                self._cut_torn()  # raises rather than append after a tail it could not set aside
+            self._write(line)
+
+    def _write(self, line: bytes) -> None:
+        """Append ``line`` with os.write + fsync; on a failure cut the file back to its length before."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except FileNotFoundError:  # the folder made by lock() is gone
+            raise _vanished(self.path) from None
+        except OSError as error:
+            raise (output_fault(error, self.path) or error) from None
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError as error:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                    os.fsync(fd)
+                raise (output_fault(error, self.path) or error) from None
+        finally:
+            os.close(fd)
+        self._seen = True
+
+    def repair(self) -> Repair:
+        """Move every line that is not a record (and a torn tail) to ``<store>.rejected-<UTC time>`` and rewrite
+        the store with the rest (temporary file, fsync, atomic rename), under the lock."""
+        with self._writing():
+            lines, tail = self._lines()
+            parsed = [(number, line, _parse(line)[0]) for number, line in enumerate(lines, start=1) if line.strip()]
+            good = [line for _, line, record in parsed if record is not None]
+            bad = [(number, line) for number, line, record in parsed if record is None]
+            bad += [(len(lines) + 1, tail)] if tail else []
+            if not bad:
+                return Repair(len(good), (), None)
+            backup = _backup(self.path, "rejected", b"".join(line + b"\n" for _, line in bad))
+            temporary = self.path.with_name(self.path.name + ".tmp")
+            try:
+                with open(temporary, "wb") as handle:
+                    handle.write(b"".join(line + b"\n" for line in good))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(temporary, self.path)
+                directory = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+            except OSError as error:
+                temporary.unlink(missing_ok=True)
+                raise (output_fault(error, self.path) or error) from None
+            return Repair(len(good), tuple(number for number, _ in bad), backup)
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")

@@ -22,9 +22,12 @@ each run stored as soon as it is finished), and :func:`shard_jobs` splits a swee
 parts, so that any scheduler (a job array, one process per device) runs each part into its own store.
 
 A worker that raises stops the sweep: the pool is terminated, the records of the jobs that finished before are
-kept, and :class:`SweepError` names the failing key; fixing the cause and running again resumes. Large arrays
-belong in files the worker writes itself (e.g. :func:`kappalab.results.save_array` under a folder passed in
-``params``) BEFORE it returns; a file without a record is simply rewritten when the job reruns.
+kept, and :class:`SweepError` names the failing key; fixing the cause and running again resumes. A worker's write
+fault the user can fix (a full disk, a read-only or vanished folder: :func:`kappalab.results.output_fault`) stops it
+with that one-line :class:`~kappalab.results.StoreWriteError` instead, as does a failed append to the store (which
+leaves the store as it was before that append). Large arrays belong in files the worker writes itself (e.g.
+:func:`kappalab.results.save_array` under a folder passed in ``params``) BEFORE it returns; a file without a record
+is simply rewritten when the job reruns.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from kappalab.results import RunStore, to_jsonable
+from kappalab.results import RunStore, StoreError, StoreWriteError, output_fault, to_jsonable
 
 Worker = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -176,7 +179,8 @@ class Progress:
             self.bar.close()
 
 
-Outcome = tuple[str, bool, Any, float, int]  #: (key, ok, result or (message, traceback), seconds, pid)
+#: (key, ok, result or (message, traceback, one-line write fault or None), seconds, pid)
+Outcome = tuple[str, bool, Any, float, int]
 
 
 def _call(worker: Worker, job: Job) -> Outcome:
@@ -188,7 +192,8 @@ def _call(worker: Worker, job: Job) -> Outcome:
             raise TypeError(f"worker must return a dict, got {type(result).__name__}")
         return job.key, True, to_jsonable(result), time.perf_counter() - start, os.getpid()
     except Exception as error:  # noqa: BLE001 - reported to the parent with its traceback
-        return job.key, False, (f"{type(error).__name__}: {error}", traceback.format_exc()), \
+        fault = output_fault(error)
+        return job.key, False, (f"{type(error).__name__}: {error}", traceback.format_exc(), fault and str(fault)), \
             time.perf_counter() - start, os.getpid()
 
 
@@ -245,6 +250,8 @@ def _run_locked(jobs: Sequence[Job], store: RunStore, progress: bool, desc: str,
     def record(outcome: Outcome) -> None:
         key, ok, payload, seconds, pid = outcome
         if not ok:
+            if payload[2] is not None:
+                raise StoreWriteError(payload[2])
             raise SweepError(key, payload[0], payload[1])
         job = by_key[key]
         entry = {"key": key, "params": job.params, "result": payload, "wall_time_s": seconds, "pid": pid}
@@ -306,7 +313,12 @@ def run_batched_sweep(jobs: Sequence[Job], runner: BatchRunner, store: RunStore 
                 record((pending[index].key, True, payload, now - last, os.getpid()))
                 stored.add(index)
                 last = now
+        except StoreError:  # the store's own fault (an append that failed), already one line
+            raise
         except Exception as error:  # noqa: BLE001 - named by the first job not stored, with its traceback
+            fault = output_fault(error)
+            if fault is not None:
+                raise fault from None
             first = next((i for i in range(len(pending)) if i not in stored), len(pending) - 1)
             raise SweepError(pending[first].key, f"{type(error).__name__}: {error}", traceback.format_exc()) \
                 from None

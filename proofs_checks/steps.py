@@ -131,12 +131,18 @@ def measure_bound(problem: StepProblem, case: Any, ev: Evidence, keys: tuple[str
     bound = problem.float_bound(case)
     if not (bound > 0 and np.isfinite(bound)):
         with workdps():
-            if not problem.bound(case, True) > 0:
+            exact_bound = problem.bound(case, True)
+            if not exact_bound > 0:
                 ev.sample(f"vacuous bound [{keys[0]}]", 1.0)
                 ev.case(family_of(case) + ",measure,vacuous-bound", MP_LABEL)
                 return None
-        raise AssertionError(f"{problem.claim}: float64 bound {bound!r} unusable but 80-digit bound positive\n"
-                             f"{case!r}")
+        # float64 lost the bound to rounding (e.g. a difference of nearly equal terms) but 80 digits give a positive
+        # one: measure against the 80-digit value, if float64 can hold it
+        bound = float(exact_bound)
+        if not (bound > 0 and np.isfinite(bound)):
+            ev.case(family_of(case) + ",measure,bound-outside-float64", MP_LABEL)
+            return None
+        ev.case(family_of(case) + ",measure,bound-from-80-digits", MP_LABEL)
     ev.sample(f"vacuous bound [{keys[0]}]", 0.0)
     with np.errstate(all="ignore"):
         try:

@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._backend import Array, eps, eye_like, namespace, to_scalar, to_scalars, unit_scaled
-from .validation import matrix, positive_scalar, require_values, symmetric
+from .validation import matrix, matrix_to_decompose, positive_scalar, require_values, symmetric
 
 #: The official code's shift of the shifted kappa.
 DEFAULT_SHIFT = 1e-6
@@ -153,7 +153,7 @@ def feature_spectrum(F: object, *, check: bool = True, name: str = "F") -> Array
     """The nonzero-capable spectrum of ``H = F^T F``: the ``min(N, D)`` squared singular values of ``F`` (``N x D``),
     descending (without the ``|D - N|`` structural zeros; see the module docstring for why not eigenvalues)."""
     xp = namespace(F)
-    s = xp.linalg.svdvals(_matrix(F, name, False, check, xp))
+    s = xp.linalg.svdvals(matrix_to_decompose(F, name, check=check, xp=xp))
     return s * s
 
 
@@ -164,16 +164,8 @@ def spectrum(S: object, *, psd: bool = False, check: bool = True, rtol: float | 
     PSD (checked with ``check``; ``rtol`` is the PSD check's tolerance, default :func:`default_rtol`). A torch
     tensor's ``scale`` is read back to return it as an int (with ``check``, in the PSD check's read)."""
     xp = namespace(S)
-    values, scale = _spectrum(_matrix(S, name, psd, check, xp), psd, check, rtol, name, xp)
+    values, scale = _spectrum(matrix_to_decompose(S, name, square=psd, check=check, xp=xp), psd, check, rtol, name, xp)
     return values, int(to_scalar(scale))
-
-
-def _matrix(x: object, name: str, square: bool, check: bool, xp: ModuleType) -> Array:
-    """:func:`~kappalab.validation.matrix` and, without ``check``, the (free) meta-tensor check it then skips."""
-    a = matrix(x, name, square=square, check=check, xp=xp)
-    if not check:
-        require_values(a, name)
-    return a
 
 
 def _spectrum(S: Array, psd: bool, check: bool, rtol: float | None, name: str, xp: ModuleType) -> tuple[Array, Any]:
@@ -214,11 +206,13 @@ def _kappa_of_spectrum(values: Array, rtol: float | None, rank: int | None, dim:
         rank = numerical_rank(lam, rank_threshold(lam[0], resolve_rtol(rtol, lam, dim)))
     elif not (isinstance(rank, int) and 1 <= rank <= n):
         raise ValueError(f"rank must be an int in 1..{n} with a positive rank-th value, got {rank!r}")
-    if check:
-        top, kth = to_scalars(lam[0], lam[rank - 1] if given else lam[0])  # one host read for both checks
-        if given and not kth > 0:
+    if check and given:
+        top, kth = to_scalars(lam[0], lam[rank - 1])  # one host read for both checks
+        if not kth > 0:
             raise ValueError(f"rank must be an int in 1..{n} with a positive rank-th value, got {rank!r}")
         check_nonzero(top, name)
+    elif check:
+        check_nonzero(lam[0], name)
     return lam[0] / lam[rank - 1]
 
 
@@ -229,7 +223,7 @@ def condition_number(S: object, rtol: float | None = None, *, psd: bool = False,
     Returns a NumPy scalar or a 0-d tensor."""
     check_rtol(rtol)
     xp = namespace(S)
-    S = _matrix(S, "S", psd, check, xp)
+    S = matrix_to_decompose(S, "S", square=psd, check=check, xp=xp)
     values, _ = _spectrum(S, psd, check, rtol, "S", xp)
     return _kappa_of_spectrum(values, rtol, None, max(S.shape), check, "S", xp)
 
@@ -243,7 +237,7 @@ def kappa_of_features(F: object, rtol: float | None = None, *, rank: int | None 
     feature spectrum, ``kappa_of_spectrum(feature_spectrum(F))``, cuts at ``n eps`` relative to ``lambda_1``
     instead: Table 2's choice.)"""
     xp = namespace(F)
-    F = _matrix(F, "F", False, check, xp)
+    F = matrix_to_decompose(F, "F", check=check, xp=xp)
     s = xp.linalg.svdvals(unit_scaled(F)[0])  # kappa is scale-free
     ratio = _kappa_of_spectrum(s, rtol, rank, max(F.shape), check, "F", xp)
     return ratio * ratio

@@ -49,7 +49,7 @@ from ._backend import Array, as_dtype_of, eps, is_torch, namespace, pow2_range, 
 from .errors import FloatRangeWarning, UndefinedRegularizerError
 from .kappa import condition_number  # noqa: F401  (kappa's home is kappa.py; importable here as before)
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique, svd_extremes
-from .validation import matrix, require_values, symmetric
+from .validation import matrix_to_decompose, symmetric
 
 
 def extremes(S: object, *, rtol: float | None = None, psd: bool = False, solver: str = "auto",
@@ -67,11 +67,9 @@ def extremes(S: object, *, rtol: float | None = None, psd: bool = False, solver:
 def validated(S: object, *, psd: bool, check: bool, name: str = "S", xp: ModuleType | None = None) -> Array:
     """``S`` as a floating matrix with each input check run once: shape and values, and with ``check`` finiteness
     and (``psd``) symmetry. The routes below are then told it is checked."""
-    S = matrix(S, name, square=psd, check=check, xp=xp)
+    S = matrix_to_decompose(S, name, square=psd, check=check, xp=xp)
     if psd and check:
         symmetric(S, name, xp)
-    if not check:
-        require_values(S, name)  # free: a meta tensor has no values to decompose
     return S
 
 

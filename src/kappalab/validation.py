@@ -33,6 +33,16 @@ def matrix(x: object, name: str, *, square: bool = False, check: bool = True, xp
     return a
 
 
+def matrix_to_decompose(x: object, name: str, *, square: bool = False, check: bool = True,
+                        xp: ModuleType | None = None) -> Array:
+    """:func:`matrix` for a matrix about to be decomposed: the (free) meta-tensor check runs whatever ``check`` says
+    (a meta tensor has no values to decompose), once."""
+    a = matrix(x, name, square=square, check=check, xp=xp)
+    if not check:
+        require_values(a, name)
+    return a
+
+
 def require_values(a: Array, name: str) -> None:
     """Raise if ``a`` is a torch tensor on the ``meta`` device: it has a shape and a dtype but no values to compute
     with. (Free: no device sync; the functions that decompose a matrix call it whatever ``check`` says.)"""

@@ -82,6 +82,18 @@ def to_scalar(x: Array) -> float:
     return float(x.item()) if hasattr(x, "item") else float(x)
 
 
+def to_scalars(*xs: Array) -> tuple[float, ...]:
+    """Several 0-d arrays or tensors (or Python numbers) as Python floats, the tensors read back in ONE transfer (one
+    device sync for all, where :func:`to_scalar` each would cost one per value). Every value is the float
+    :func:`to_scalar` gives: the tensors travel as float64, which holds float32 values and integer ranks exactly."""
+    on_device = [is_torch(x) for x in xs]
+    if sum(on_device) < 2:
+        return tuple(to_scalar(x) for x in xs)
+    torch = sys.modules["torch"]
+    read = iter(torch.stack([x.detach().reshape(()).to(torch.float64) for x, t in zip(xs, on_device) if t]).tolist())
+    return tuple(next(read) if t else to_scalar(x) for x, t in zip(xs, on_device))
+
+
 
 def as_dtype_of(value: Array, ref: Array) -> Array:
     """``value`` (e.g. an integer rank) converted to ``ref``'s floating dtype, so that mixing it into a formula
@@ -117,18 +129,46 @@ def times_pow2(x: Array, k: int) -> Array:
     return x
 
 
-def unit_scale(a: Array) -> int:
+def unit_scale(a: Array, top: float | None = None) -> int:
     """The even exponent ``e`` with ``max|a_ij| * 2^-e`` in ``[1/4, 1)`` (0 for a zero array): ``times_pow2(a, -e)``
-    is ``a`` scaled exactly, and, ``e`` being even, square roots of its entries scale exactly too."""
-    e = math.frexp(to_scalar(abs(a).max()))[1]
+    is ``a`` scaled exactly, and, ``e`` being even, square roots of its entries scale exactly too. ``top``:
+    ``max|a_ij|`` when the caller has already read it back (then nothing is read again)."""
+    e = math.frexp(to_scalar(abs(a).max()) if top is None else top)[1]
     return e + (e % 2)
 
 
-def pow2_range(x0: Array, k: int) -> int:
+def unit_scaled(a: Array) -> tuple[Array, Any]:
+    """``(times_pow2(a, -e), e)`` with ``e = unit_scale(a)``, bit for bit, without a host read: for a torch tensor
+    ``e`` is a 0-d integer tensor on the device and the factor is applied in the same steps as :func:`times_pow2`
+    (each an exact power of two, built from its bit pattern; a step of ``2^0`` is a multiplication by 1). For a
+    NumPy array ``e`` is an int."""
+    if not is_torch(a):
+        e = unit_scale(a)
+        return times_pow2(a, -e), e
+    torch = sys.modules["torch"]
+    finfo = torch.finfo(a.dtype)
+    m = a.abs().max()
+    e = torch.frexp(m).exponent.to(torch.int64)
+    e = torch.where(torch.isfinite(m), e + e % 2, torch.zeros_like(e))  # math.frexp(inf or nan) has exponent 0
+    k = -e
+    step = _pow2_step(a)
+    mantissa = round(-math.log2(finfo.eps))  # 52 (float64), 23 (float32)
+    bias = math.frexp(float(finfo.max))[1] - 1  # 1023, 127
+    bits = {8: torch.int64, 4: torch.int32}[finfo.bits // 8]
+    # |k| <= 2 - exponent(smallest subnormal): steps enough to cover the whole range
+    for _ in range(-(-(2 - math.frexp(float(finfo.tiny) * float(finfo.eps))[1]) // step)):
+        j = k.clamp(-step, step)
+        a = a * ((j + bias).to(bits) << mantissa).view(a.dtype)
+        k = k - j
+    return a, e
+
+
+def pow2_range(x0: Array, k: int, top: float | None = None) -> int:
     """Where the largest magnitude of ``x0 * 2^k`` falls, decided exactly from exponents (no overflow on the way):
     ``1`` above the dtype's largest finite value (it rounds to inf), ``-1`` below its smallest normal number
-    (subnormal or 0: accuracy lost), ``0`` inside; ``0`` too when ``x0`` is all zero or not finite."""
-    m = to_scalar(abs(x0).max())
+    (subnormal or 0: accuracy lost), ``0`` inside; ``0`` too when ``x0`` is all zero or not finite. ``top``:
+    ``max|x0|`` when the caller has already read it back."""
+    m = to_scalar(abs(x0).max()) if top is None else top
     if m == 0 or not math.isfinite(m):
         return 0
     finfo = sys.modules["torch"].finfo if is_torch(x0) else np.finfo

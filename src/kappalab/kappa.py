@@ -47,10 +47,13 @@ rank rule carries no gradient).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from types import ModuleType
+from typing import Any, NamedTuple
 
-from ._backend import Array, eps, eye_like, is_torch, namespace, times_pow2, to_scalar, unit_scale
-from .validation import matrix, positive_scalar, require_values, symmetric
+import numpy as np
+
+from ._backend import Array, eps, eye_like, namespace, to_scalar, to_scalars, unit_scaled
+from .validation import matrix, matrix_to_decompose, positive_scalar, require_values, symmetric
 
 #: The official code's shift of the shifted kappa.
 DEFAULT_SHIFT = 1e-6
@@ -123,8 +126,11 @@ def eigenvalues(A: Array) -> Array:
     """Eigenvalues of the symmetric ``A``, ascending: ``eigh`` for NumPy ``n < AUTO_TRIDIAG_MIN_N``, ``eigvalsh``
     otherwise (see :data:`AUTO_TRIDIAG_MIN_N`; torch: ``eigvalsh``, differentiable)."""
     require_values(A, "A")
-    xp = namespace(A)
-    if not is_torch(A) and A.shape[0] < AUTO_TRIDIAG_MIN_N:
+    return _eigenvalues(A, namespace(A))
+
+
+def _eigenvalues(A: Array, xp: ModuleType) -> Array:
+    if xp is np and A.shape[0] < AUTO_TRIDIAG_MIN_N:
         return xp.linalg.eigh(A)[0]
     return xp.linalg.eigvalsh(A)
 
@@ -135,18 +141,19 @@ def singular_values(S: Array) -> Array:
     return namespace(S).linalg.svdvals(S)
 
 
-def descending(values: Array) -> Array:
-    """``values`` sorted from the largest down."""
-    if is_torch(values):
+def descending(values: Array, xp: ModuleType | None = None) -> Array:
+    """``values`` sorted from the largest down (``xp``: the caller's namespace)."""
+    xp = namespace(values) if xp is None else xp
+    if xp is not np:
         return values.sort(descending=True).values
-    return namespace(values).sort(values)[::-1]
+    return xp.sort(values)[::-1]
 
 
 def feature_spectrum(F: object, *, check: bool = True, name: str = "F") -> Array:
     """The nonzero-capable spectrum of ``H = F^T F``: the ``min(N, D)`` squared singular values of ``F`` (``N x D``),
     descending (without the ``|D - N|`` structural zeros; see the module docstring for why not eigenvalues)."""
-    F = matrix(F, name, check=check)
-    s = singular_values(F)
+    xp = namespace(F)
+    s = xp.linalg.svdvals(matrix_to_decompose(F, name, check=check, xp=xp))
     return s * s
 
 
@@ -154,22 +161,27 @@ def spectrum(S: object, *, psd: bool = False, check: bool = True, rtol: float | 
              name: str = "S") -> tuple[Array, int]:
     """``(values, scale)``: the descending spectrum of ``2^-scale S``, ``scale`` even and such that the largest entry
     of ``2^-scale S`` lies in ``[1/4, 1)`` (see the module docstring). ``psd=True``: S must be square, symmetric and
-    PSD (checked with ``check``; ``rtol`` is the PSD check's tolerance, default :func:`default_rtol`)."""
-    return _spectrum(matrix(S, name, square=psd, check=check), psd, check, rtol, name)
+    PSD (checked with ``check``; ``rtol`` is the PSD check's tolerance, default :func:`default_rtol`). A torch
+    tensor's ``scale`` is read back to return it as an int (with ``check``, in the PSD check's read)."""
+    xp = namespace(S)
+    values, scale = _spectrum(matrix_to_decompose(S, name, square=psd, check=check, xp=xp), psd, check, rtol, name, xp)
+    return values, int(to_scalar(scale))
 
 
-def _spectrum(S: Array, psd: bool, check: bool, rtol: float | None, name: str) -> tuple[Array, int]:
-    require_values(S, name)
+def _spectrum(S: Array, psd: bool, check: bool, rtol: float | None, name: str, xp: ModuleType) -> tuple[Array, Any]:
+    """:func:`spectrum` of a matrix that :func:`~kappalab.validation.matrix` has checked; the scale stays on the
+    device unless the PSD check reads it back (its message shows the caller's eigenvalues)."""
     if psd and check:
-        symmetric(S, name)
-    scale = unit_scale(S)
-    S0 = times_pow2(S, -scale)
+        symmetric(S, name, xp)
+    S0, scale = unit_scaled(S)
     if not psd:
-        return singular_values(S0), scale
-    lam = eigenvalues(S0)
+        return xp.linalg.svdvals(S0), scale
+    lam = _eigenvalues(S0, xp)
     if check:
-        check_psd(lam[0], lam[-1], resolve_rtol(rtol, S), name, scale)
-    return namespace(lam).flip(lam, (0,)), scale
+        lowest, top, scale = to_scalars(lam[0], lam[-1], scale)
+        scale = int(scale)
+        check_psd(lowest, top, resolve_rtol(rtol, S), name, scale)
+    return xp.flip(lam, (0,)), scale
 
 
 # ---- the pseudo-inverse kappa ---------------------------------------------------------------------------------------
@@ -182,13 +194,24 @@ def kappa_of_spectrum(values: object, rtol: float | None = None, *, rank: int | 
     matrix the values belong to, default the number of values), or ``rank`` when given (e.g. a rank decided on
     another matrix of the same rank: Table 2's ``rank(theta^T K theta) = rank(K)``). ``check`` raises on a zero
     spectrum (a host sync); without it the rank stays on the device. Returns a 0-d array or tensor."""
-    lam = descending(values)
+    return _kappa_of_spectrum(values, rtol, rank, dim, check, name, namespace(values))
+
+
+def _kappa_of_spectrum(values: Array, rtol: float | None, rank: int | None, dim: int | None, check: bool, name: str,
+                       xp: ModuleType) -> Array:
+    lam = descending(values, xp)
     n = lam.shape[0]
-    if rank is None:
+    given = rank is not None
+    if not given:
         rank = numerical_rank(lam, rank_threshold(lam[0], resolve_rtol(rtol, lam, dim)))
-    elif not (isinstance(rank, int) and 1 <= rank <= n and (not check or to_scalar(lam[rank - 1]) > 0)):
+    elif not (isinstance(rank, int) and 1 <= rank <= n):
         raise ValueError(f"rank must be an int in 1..{n} with a positive rank-th value, got {rank!r}")
-    if check:
+    if check and given:
+        top, kth = to_scalars(lam[0], lam[rank - 1])  # one host read for both checks
+        if not kth > 0:
+            raise ValueError(f"rank must be an int in 1..{n} with a positive rank-th value, got {rank!r}")
+        check_nonzero(top, name)
+    elif check:
         check_nonzero(lam[0], name)
     return lam[0] / lam[rank - 1]
 
@@ -196,11 +219,13 @@ def kappa_of_spectrum(values: object, rtol: float | None = None, *, rank: int | 
 def condition_number(S: object, rtol: float | None = None, *, psd: bool = False, check: bool = True) -> Array:
     """``kappa(S) = s_max / s_min`` with s_min the smallest singular value above ``rtol * s_max`` (Eq. 1 with the
     pseudo-inverse); ``psd=True``: S symmetric PSD, its eigenvalues. ``rtol=None``: ``max(m, n) * eps(dtype)``.
-    Invariant under ``S -> 2^j S`` bit for bit. Returns a NumPy scalar or a 0-d tensor."""
+    Invariant under ``S -> 2^j S`` bit for bit. ``check=False`` reads nothing back (a zero S then gives NaN).
+    Returns a NumPy scalar or a 0-d tensor."""
     check_rtol(rtol)
-    S = matrix(S, "S", square=psd, check=check)
-    values, _ = _spectrum(S, psd, check, rtol, "S")
-    return kappa_of_spectrum(values, rtol, dim=max(S.shape), name="S")
+    xp = namespace(S)
+    S = matrix_to_decompose(S, "S", square=psd, check=check, xp=xp)
+    values, _ = _spectrum(S, psd, check, rtol, "S", xp)
+    return _kappa_of_spectrum(values, rtol, None, max(S.shape), check, "S", xp)
 
 
 def kappa_of_features(F: object, rtol: float | None = None, *, rank: int | None = None, check: bool = True) -> Array:
@@ -211,10 +236,10 @@ def kappa_of_features(F: object, rtol: float | None = None, *, rank: int | None 
     kappa(H) up to about ``1 / (max(N, D) eps)^2`` is resolved. (The rule of the ``D x D`` matrix H applied to the
     feature spectrum, ``kappa_of_spectrum(feature_spectrum(F))``, cuts at ``n eps`` relative to ``lambda_1``
     instead: Table 2's choice.)"""
-    F = matrix(F, "F", check=check)
-    require_values(F, "F")
-    s = singular_values(times_pow2(F, -unit_scale(F)))  # kappa is scale-free
-    ratio = kappa_of_spectrum(s, rtol, rank=rank, dim=max(F.shape), check=check, name="F")
+    xp = namespace(F)
+    F = matrix_to_decompose(F, "F", check=check, xp=xp)
+    s = xp.linalg.svdvals(unit_scaled(F)[0])  # kappa is scale-free
+    ratio = _kappa_of_spectrum(s, rtol, rank, max(F.shape), check, "F", xp)
     return ratio * ratio
 
 

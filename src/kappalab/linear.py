@@ -17,28 +17,30 @@ gradient is a true gradient there even when K is singular.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from ._backend import Array, eps, eye_like, is_torch, namespace, to_scalar
 from .kappa import default_rtol, numerical_rank, rank_threshold
 from .regularizers import grad_r_ill_from_extremes, grad_r_well_from_extremes, ill_denominator
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique
-from .validation import matrix, positive_scalar, same_kind, symmetric
+from .validation import finite, matrix, positive_scalar, require_values, same_kind, symmetric
 
 
-def _theta_and_K(theta: object, K: object, check: bool) -> tuple[Array, Array]:
-    theta = matrix(theta, "theta", check=check)
-    K = matrix(K, "K", square=True, check=check)
-    same_kind(theta, K)
+def _theta_and_K(theta: object, K: object, check: bool, xp: ModuleType | None = None) -> tuple[Array, Array]:
+    theta = matrix(theta, "theta", check=check, xp=xp)
+    K = matrix(K, "K", square=True, check=check, xp=xp)
+    same_kind(theta, K, xp=xp)
     if K.shape[0] != theta.shape[0]:
         raise ValueError(f"K must be D_in x D_in with D_in = theta.shape[0] = {theta.shape[0]}, got K of shape "
                          f"{tuple(K.shape)}")
     if check:
-        symmetric(K, "K")
+        symmetric(K, "K", xp)
     return theta, K
 
 
 def hessian(theta: object, K: object, *, check: bool = True) -> Array:
     """``H(theta) = theta^T K theta``, symmetrized as ``(H + H^T) / 2`` so rounding cannot make it asymmetric."""
-    return _symmetric_hessian(*_theta_and_K(theta, K, check))
+    return _symmetric_hessian(*_theta_and_K(theta, K, check, namespace(theta, K)))
 
 
 def _symmetric_hessian(theta: Array, K: Array) -> Array:
@@ -47,30 +49,38 @@ def _symmetric_hessian(theta: Array, K: Array) -> Array:
 
 
 def hessian_extremes(theta: object, K: object, *, rtol: float | None = None, solver: str = "auto",
-                     check: bool = True) -> tuple[Array, Array, Array, Extremes]:
-    """``(theta, K, H, extremes of H)``: the shared first half of both theta-gradients."""
-    theta, K = _theta_and_K(theta, K, check)
+                     check: bool = True, xp: ModuleType | None = None) -> tuple[Array, Array, Array, Extremes]:
+    """``(theta, K, H, extremes of H)``: the shared first half of both theta-gradients. theta and K are checked once
+    each; H, symmetric by construction, only for finiteness (finite theta and K can still overflow it)."""
+    xp = namespace(theta, K) if xp is None else xp
+    theta, K = _theta_and_K(theta, K, check, xp)
     H = _symmetric_hessian(theta, K)
-    return theta, K, H, psd_extremes(H, rtol=rtol, solver=solver, check=check, name="H(theta)")
+    require_values(H, "H(theta)")  # free; theta or K on the meta device (check=False) makes H a meta tensor
+    if check:
+        finite(H, "H(theta)", xp)
+    return theta, K, H, psd_extremes(H, rtol=rtol, solver=solver, check=check, name="H(theta)", xp=xp, checked=True)
 
 
 def grad_theta_r_well(theta: object, K: object, *, rtol: float | None = None, solver: str = "auto",
                       on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None,
                       check: bool = True) -> Array:
     """Thm 4.2(1): ``2 K theta (s_1 v_1 v_1^T - H/D)`` (requires a unique top eigenvalue of H)."""
-    theta, K, H, e = hessian_extremes(theta, K, rtol=rtol, solver=solver, check=check)
+    xp = namespace(theta, K)
+    theta, K, H, e = hessian_extremes(theta, K, rtol=rtol, solver=solver, check=check, xp=xp)
     require_unique(e, "max", on_degenerate, gap_rtol, "H(theta)")
-    return 2.0 * (K @ (theta @ grad_r_well_from_extremes(e, H)))
+    return 2.0 * (K @ (theta @ grad_r_well_from_extremes(e, H, xp)))
 
 
 def grad_theta_r_ill(theta: object, K: object, *, rtol: float | None = None, solver: str = "auto",
                      on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None,
                      check: bool = True) -> Array:
     """Thm 4.2(2): ``2 K theta (s_k v_k v_k^T - H/k) / d^2`` (requires a unique smallest nonzero eigenvalue)."""
-    theta, K, H, e = hessian_extremes(theta, K, rtol=rtol, solver=solver, check=check)
+    xp = namespace(theta, K)
+    theta, K, H, e = hessian_extremes(theta, K, rtol=rtol, solver=solver, check=check, xp=xp)
     ill_denominator(e, check=check, name="H(theta)")  # undefined before non-unique
     require_unique(e, "min", on_degenerate, gap_rtol, "H(theta)")
-    return 2.0 * (K @ (theta @ grad_r_ill_from_extremes(e, H, check=check, name="H(theta)")))
+    # the denominator is checked (once, above): the formula recomputes it on the device and reads nothing
+    return 2.0 * (K @ (theta @ grad_r_ill_from_extremes(e, H, check=False, xp=xp)))
 
 
 def preconditioned_step(theta: object, K: object, grad: object, eta: float, ridge: float = 0.0, *,

@@ -27,21 +27,29 @@ an exact scaling, see :func:`~kappalab._backend.unit_scale`) and rescale analyti
 to full accuracy (and bit for bit as before for matrices away from the range ends), and NaN never appears. A result
 whose largest magnitude lies outside float64's normal range is returned as IEEE arithmetic rounds it (inf above, a
 subnormal number or 0 below) with a :class:`~kappalab.errors.FloatRangeWarning`, issued under ``check=True``
-(deciding it needs the result's magnitude: a device sync for CUDA tensors). For torch tensors with
-``check=False`` (the training hot loop, which reads nothing back to the host) the scaling is skipped too, since its
-exponent is read on the host: there S is used as given, as before this normalisation existed.
+(deciding it needs the result's magnitude and ``e``: one device sync for CUDA tensors; ``e`` itself is found on the
+device, :func:`~kappalab._backend.unit_scaled`). For torch tensors with ``check=False`` (the training hot loop,
+which reads nothing back to the host) the scaling is skipped: S is used as given, as before this normalisation
+existed, so the hot loop's numbers stay what they were.
+
+Input checks run once per public call, on S itself (their messages show the caller's values), with the namespace
+resolved once and passed down (:mod:`kappalab.validation`); the routes below are told the matrix is checked.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from types import ModuleType
+from typing import Any
 
-from ._backend import Array, as_dtype_of, eps, is_torch, namespace, pow2_range, times_pow2, to_scalar, unit_scale
+import numpy as np
+
+from ._backend import Array, as_dtype_of, eps, is_torch, namespace, pow2_range, times_pow2, to_scalars, unit_scaled
 from .errors import FloatRangeWarning, UndefinedRegularizerError
 from .kappa import condition_number  # noqa: F401  (kappa's home is kappa.py; importable here as before)
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique, svd_extremes
-from .validation import matrix, require_values, symmetric
+from .validation import matrix_to_decompose, symmetric
 
 
 def extremes(S: object, *, rtol: float | None = None, psd: bool = False, solver: str = "auto",
@@ -51,44 +59,51 @@ def extremes(S: object, *, rtol: float | None = None, psd: bool = False, solver:
     ``psd=True`` declares S symmetric positive semidefinite (a covariance or ``H(theta)``); then the symmetric
     eigensolver ``solver`` is used and symmetry/PSD are checked (with ``check=True``).
     """
-    return spectrum_of(validated(S, psd=psd, check=check, name=name), rtol=rtol, psd=psd, solver=solver,
-                       check=check, name=name)
+    xp = namespace(S)
+    return spectrum_of(validated(S, psd=psd, check=check, name=name, xp=xp), rtol=rtol, psd=psd, solver=solver,
+                       check=check, name=name, xp=xp)
 
 
-def validated(S: object, *, psd: bool, check: bool, name: str = "S") -> Array:
-    """``S`` as a floating matrix, shape-checked (finiteness is checked here, or by the PSD route)."""
-    return matrix(S, name, square=psd, check=check and not psd)
+def validated(S: object, *, psd: bool, check: bool, name: str = "S", xp: ModuleType | None = None) -> Array:
+    """``S`` as a floating matrix with each input check run once: shape and values, and with ``check`` finiteness
+    and (``psd``) symmetry. The routes below are then told it is checked."""
+    S = matrix_to_decompose(S, name, square=psd, check=check, xp=xp)
+    if psd and check:
+        symmetric(S, name, xp)
+    return S
 
 
 def spectrum_of(S: Array, *, rtol: float | None, psd: bool, solver: str, check: bool, name: str = "S",
-                scale: int = 0) -> Extremes:
-    """:class:`Extremes` of an already validated matrix (PSD route or SVD route); ``scale`` as in
-    :func:`~kappalab.spectral.psd_extremes`."""
+                scale: Any = 0, xp: ModuleType | None = None) -> Extremes:
+    """:class:`Extremes` of a matrix :func:`validated` (PSD route or SVD route; the input checks are not run again);
+    ``scale`` as in :func:`~kappalab.spectral.psd_extremes`."""
     if psd:
-        return psd_extremes(S, rtol=rtol, solver=solver, check=check, name=name, scale=scale)
-    return svd_extremes(S, rtol=rtol, check=check)
+        return psd_extremes(S, rtol=rtol, solver=solver, check=check, name=name, scale=scale, xp=xp, checked=True)
+    return svd_extremes(S, rtol=rtol, check=check, xp=xp, checked=True)
 
 
-def scaled_extremes(S: object, *, rtol: float | None, psd: bool, solver: str, check: bool
-                    ) -> tuple[Array, int, Extremes]:
-    """``(S0, e, Extremes of S0)`` with ``S = 2^e S0`` (see "Scale" in the module docstring). The input checks run on
-    S itself, so that their messages show the caller's values."""
-    S = matrix(S, "S", square=psd, check=check)
-    require_values(S, "S")
-    if psd and check:
-        symmetric(S, "S")
-    # the exponent is read on the host: a torch hot loop (check=False, no host reads) computes on S unscaled
-    e = unit_scale(S) if check or not is_torch(S) else 0
-    S0 = times_pow2(S, -e)
-    return S0, e, spectrum_of(S0, rtol=rtol, psd=psd, solver=solver, check=check, scale=e)
+def scaled_extremes(S: object, *, rtol: float | None, psd: bool, solver: str, check: bool, xp: ModuleType
+                    ) -> tuple[Array, Any, Extremes]:
+    """``(S0, e, Extremes of S0)`` with ``S = 2^e S0`` (see "Scale" in the module docstring; ``e`` an int, or for a
+    torch tensor a 0-d tensor on its device, read back with the first check that reports it). The input checks run
+    on S itself, so that their messages show the caller's values."""
+    S = validated(S, psd=psd, check=check, xp=xp)
+    # a torch hot loop (check=False) computes on S unscaled, as before this normalisation existed
+    S0, e = unit_scaled(S) if check or xp is np else (S, 0)
+    return S0, e, spectrum_of(S0, rtol=rtol, psd=psd, solver=solver, check=check, scale=e, xp=xp)
 
 
-def rescaled(x0: Array, k: int, check: bool, what: str) -> Array:
+def rescaled(x0: Array, k: Any, check: bool, what: str) -> Array:
     """``x0 * 2^k``; with ``check``, a :class:`FloatRangeWarning` when its largest magnitude leaves the dtype's normal
-    range (it is then inf, or subnormal or 0)."""
-    where = pow2_range(x0, k) if check else 0
+    range (it is then inf, or subnormal or 0). ``k`` may be a 0-d tensor only with ``check``: the range check reads
+    it back with ``max|x0|``, in one host read."""
+    if not check:
+        return times_pow2(x0, k)
+    top, k = to_scalars(abs(x0).max(), k)
+    k = int(k)
+    where = pow2_range(x0, k, top)
     if where:
-        magnitude = math.log10(to_scalar(abs(x0).max())) + k * math.log10(2.0)
+        magnitude = math.log10(top) + k * math.log10(2.0)
         warnings.warn(
             f"{what} has magnitude ~1e{magnitude:+.0f}, {'above' if where > 0 else 'below'} the normal range of "
             f"{x0.dtype}: returned as {'inf' if where > 0 else 'a subnormal number or 0'}", FloatRangeWarning,
@@ -104,17 +119,19 @@ def r_well_from_extremes(e: Extremes) -> Array:
 
 
 def ill_denominator(e: Extremes, *, check: bool = True, name: str = "S") -> Array:
-    """R_ill's denominator ``||S||_F^2 / (2k) - s_k^2 / 2``; with ``check``, an error where it is zero."""
+    """R_ill's denominator ``||S||_F^2 / (2k) - s_k^2 / 2``; with ``check``, an error where it is zero (its inputs
+    read back in one host read)."""
     d = e.fro2 / (2 * as_dtype_of(e.rank, e.fro2)) - 0.5 * e.s_min * e.s_min
     if check:
-        k = int(to_scalar(e.rank))
-        bound = e.p * eps(e.s_max) * (to_scalar(e.fro2) / (2 * k) + to_scalar(e.s_max * e.s_min))
-        if k < 2 or to_scalar(d) <= bound:
-            s1 = to_scalar(e.s_max)  # the message is scale-free: its numbers are relative to s_max
+        k, fro2, s1_sk, d_host, s1, sk = to_scalars(e.rank, e.fro2, e.s_max * e.s_min, d, e.s_max, e.s_min)
+        k = int(k)
+        bound = e.p * eps(e.s_max) * (fro2 / (2 * k) + s1_sk)
+        if k < 2 or d_host <= bound:
+            # the message is scale-free: its numbers are relative to s_max
             raise UndefinedRegularizerError(
                 f"R_ill({name}) is undefined: its denominator ||{name}||_F^2/(2k) - s_min^2/2 = "
-                f"{to_scalar(d) / s1 / s1:.3e} s_max^2 is zero within rounding (bound {bound / s1 / s1:.3e} s_max^2): "
-                f"all k = {k} nonzero singular values are equal (s_min / s_max = {to_scalar(e.s_min) / s1:.17g})"
+                f"{d_host / s1 / s1:.3e} s_max^2 is zero within rounding (bound {bound / s1 / s1:.3e} s_max^2): "
+                f"all k = {k} nonzero singular values are equal (s_min / s_max = {sk / s1:.17g})"
             )
     return d
 
@@ -124,15 +141,16 @@ def r_ill_from_extremes(e: Extremes, *, check: bool = True, name: str = "S") -> 
     return 1.0 / ill_denominator(e, check=check, name=name)
 
 
-def grad_r_well_from_extremes(e: Extremes, S: Array) -> Array:
-    """Thm A.1(3): ``s_1 u_1 v_1^T - S / p``."""
-    xp = namespace(S)
+def grad_r_well_from_extremes(e: Extremes, S: Array, xp: ModuleType | None = None) -> Array:
+    """Thm A.1(3): ``s_1 u_1 v_1^T - S / p`` (``xp``: the caller's namespace)."""
+    xp = namespace(S) if xp is None else xp
     return e.s_max * xp.outer(e.u_max, e.v_max) - S / e.p
 
 
-def grad_r_ill_from_extremes(e: Extremes, S: Array, *, check: bool = True, name: str = "S") -> Array:
-    """Thm 4.1(3): ``(s_k u_k v_k^T - S / k) / d^2`` with d the R_ill denominator."""
-    xp = namespace(S)
+def grad_r_ill_from_extremes(e: Extremes, S: Array, *, check: bool = True, name: str = "S",
+                             xp: ModuleType | None = None) -> Array:
+    """Thm 4.1(3): ``(s_k u_k v_k^T - S / k) / d^2`` with d the R_ill denominator (``xp``: the caller's namespace)."""
+    xp = namespace(S) if xp is None else xp
     d = ill_denominator(e, check=check, name=name)
     return (e.s_min * xp.outer(e.u_min, e.v_min) - S / as_dtype_of(e.rank, S)) / (d * d)
 
@@ -142,23 +160,26 @@ def grad_r_ill_from_extremes(e: Extremes, S: Array, *, check: bool = True, name:
 def _well(S: object, rtol: float | None, psd: bool, solver: str, on_degenerate: DegeneratePolicy,
           gap_rtol: float | None, check: bool, *, value: bool, grad: bool) -> tuple[Array | None, Array | None]:
     """R_well(S) and/or its gradient, computed on the scaled matrix and rescaled (module docstring, "Scale")."""
-    S0, e, ex = scaled_extremes(S, rtol=rtol, psd=psd, solver=solver, check=check)
+    xp = namespace(S)
+    S0, e, ex = scaled_extremes(S, rtol=rtol, psd=psd, solver=solver, check=check, xp=xp)
     if grad:
         require_unique(ex, "max", on_degenerate, gap_rtol, "S")
     v = rescaled(r_well_from_extremes(ex), 2 * e, check, "R_well(S)") if value else None
-    G = rescaled(grad_r_well_from_extremes(ex, S0), e, check, "grad R_well(S)") if grad else None
+    G = rescaled(grad_r_well_from_extremes(ex, S0, xp), e, check, "grad R_well(S)") if grad else None
     return v, G
 
 
 def _ill(S: object, rtol: float | None, psd: bool, solver: str, on_degenerate: DegeneratePolicy,
          gap_rtol: float | None, check: bool, *, value: bool, grad: bool) -> tuple[Array | None, Array | None]:
     """R_ill(S) and/or its gradient, computed on the scaled matrix and rescaled (module docstring, "Scale")."""
-    S0, e, ex = scaled_extremes(S, rtol=rtol, psd=psd, solver=solver, check=check)
+    xp = namespace(S)
+    S0, e, ex = scaled_extremes(S, rtol=rtol, psd=psd, solver=solver, check=check, xp=xp)
     ill_denominator(ex, check=check)  # undefined R_ill is reported as such, before any uniqueness question
     if grad:
         require_unique(ex, "min", on_degenerate, gap_rtol, "S")
-    v = rescaled(r_ill_from_extremes(ex, check=check), -2 * e, check, "R_ill(S)") if value else None
-    G = rescaled(grad_r_ill_from_extremes(ex, S0, check=check), -3 * e, check, "grad R_ill(S)") if grad else None
+    # the denominator is checked (once, above): the formulas below recompute it on the device and read nothing
+    v = rescaled(r_ill_from_extremes(ex, check=False), -2 * e, check, "R_ill(S)") if value else None
+    G = rescaled(grad_r_ill_from_extremes(ex, S0, check=False, xp=xp), -3 * e, check, "grad R_ill(S)") if grad else None
     return v, G
 
 

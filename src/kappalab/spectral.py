@@ -53,11 +53,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Callable, Literal
 
 import numpy as np
 
-from ._backend import Array, eps, is_torch, namespace, scalar_like, to_scalar
+from ._backend import Array, eps, is_torch, namespace, scalar_like, to_scalars
 from .errors import DegenerateSpectrumError, DegenerateSpectrumWarning
 from .iterative import Ends, default_tol_vec, solve_ends
 from .kappa import AUTO_TRIDIAG_MIN_N, check_nonzero, check_psd, is_nonzero, numerical_rank, rank_threshold, resolve_rtol
@@ -132,11 +133,14 @@ def _assemble(xp, vec_at, s_all_desc: Array, fro2: Array, p: int, rtol: float) -
     )
 
 
-def svd_extremes(S: Array, *, rtol: float | None = None, check: bool = True) -> Extremes:
-    """Extreme singular triplets of a general real matrix ``S`` by a dense SVD."""
-    xp = namespace(S)
+def svd_extremes(S: Array, *, rtol: float | None = None, check: bool = True, xp: ModuleType | None = None,
+                 checked: bool = False) -> Extremes:
+    """Extreme singular triplets of a general real matrix ``S`` by a dense SVD. ``xp``, ``checked``: the caller's
+    namespace, and that it has validated ``S`` already (as in :func:`psd_extremes`)."""
+    xp = namespace(S) if xp is None else xp
     rtol = resolve_rtol(rtol, S)
-    require_values(S, "S")
+    if not checked:
+        require_values(S, "S")
     U, s, Vh = xp.linalg.svd(S, full_matrices=False)
     e = _assemble(xp, lambda i: (U[:, i], Vh[i, :]), s, (S * S).sum(), min(S.shape), rtol)
     if check:
@@ -144,13 +148,14 @@ def svd_extremes(S: Array, *, rtol: float | None = None, check: bool = True) -> 
     return e
 
 
-def _eigh_dense(A: Array) -> tuple[Array, Array]:
+def _eigh_dense(A: Array, xp: ModuleType) -> tuple[Array, Array]:
     """All eigenpairs of the symmetric ``A``, ascending (NumPy's or torch's dense ``eigh``)."""
-    return namespace(A).linalg.eigh(A)
+    return xp.linalg.eigh(A)
 
 
-#: Registered solvers for symmetric PSD input: name -> function returning ascending (eigenvalues, eigenvectors).
-SOLVERS: dict[str, Callable[[Array], tuple[Array, Array]]] = {"eigh": _eigh_dense}
+#: Registered solvers for symmetric PSD input: name -> function of ``(A, xp)`` returning ascending (eigenvalues,
+#: eigenvectors).
+SOLVERS: dict[str, Callable[[Array, ModuleType], tuple[Array, Array]]] = {"eigh": _eigh_dense}
 
 #: An extreme solver gets ``(A, rtol)`` and returns ``(Extremes, lambda_lowest)``, or ``None`` when it cannot
 #: decide the rank or did not converge (then :func:`psd_extremes` falls back to ``"eigh"``).
@@ -237,7 +242,7 @@ def extremes_from_pairs(top: tuple[Array, Array], bottom: tuple[Array, Array], A
     n = A.shape[0]
     s_max = t_val[0]
     threshold = rank_threshold(s_max, rtol)
-    if not is_nonzero(to_scalar(b_val[0]), to_scalar(threshold)):
+    if not is_nonzero(*to_scalars(b_val[0], threshold)):
         return None
     rank = xp.asarray(n) if xp.__name__ == "numpy" else xp.tensor(n, device=A.device)
     ex = Extremes(
@@ -306,7 +311,8 @@ def choose_solver(A: Array) -> str:
 
 
 def psd_extremes(
-    A: Array, *, rtol: float | None = None, solver: str = "auto", check: bool = True, name: str = "A", scale: int = 0
+    A: Array, *, rtol: float | None = None, solver: str = "auto", check: bool = True, name: str = "A", scale: object = 0,
+    xp: ModuleType | None = None, checked: bool = False
 ) -> Extremes:
     """Extreme eigenpairs of a symmetric positive semidefinite ``A`` (its singular triplets, with u = v).
 
@@ -315,13 +321,17 @@ def psd_extremes(
     ``-rtol * lambda_max`` is an error (rounding makes exact zeros slightly negative; anything below the rank
     threshold counts as zero, never as a negative singular value). ``solver`` is ``"auto"`` or a name in
     ``SOLVERS`` or ``EXTREME_SOLVERS`` (the latter for NumPy input; see the module docstring). ``scale``: ``A`` is
-    ``2^-scale`` times the caller's matrix (error messages show the caller's eigenvalues).
+    ``2^-scale`` times the caller's matrix (error messages show the caller's eigenvalues; an int, or a 0-d tensor
+    from :func:`~kappalab._backend.unit_scaled`). ``xp``: the caller's
+    namespace (resolved here when ``None``); ``checked=True``: the caller has run the input checks (meta, and with
+    ``check`` finiteness and symmetry) on the matrix ``A`` stands for, so they are not run again.
     """
-    require_values(A, name)
-    if check:
-        finite(A, name)
-        symmetric(A, name)
-    xp = namespace(A)
+    xp = namespace(A) if xp is None else xp
+    if not checked:
+        require_values(A, name)
+        if check:
+            finite(A, name, xp)
+            symmetric(A, name, xp)
     rtol = resolve_rtol(rtol, A)
     name_solver = choose_solver(A) if solver == "auto" else solver
     if name_solver not in SOLVERS and name_solver not in EXTREME_SOLVERS:
@@ -336,7 +346,7 @@ def psd_extremes(
         if found is None:
             FALLBACKS[name_solver] = FALLBACKS.get(name_solver, 0) + 1
     if found is None:
-        lam, V = SOLVERS[name_solver if name_solver in SOLVERS else "eigh"](A)
+        lam, V = SOLVERS[name_solver if name_solver in SOLVERS else "eigh"](A, xp)
         lam_desc = xp.flip(lam, (0,))
         n = A.shape[0]
         e = _assemble(xp, lambda i: (V[:, n - 1 - i], V[:, n - 1 - i]), lam_desc, (A * A).sum(), n, rtol)
@@ -344,8 +354,9 @@ def psd_extremes(
     else:
         e, lam_lowest = found
     if check:
-        check_psd(lam_lowest, e.s_max, rtol, name, scale)
-        check_nonzero(e.s_max, name)
+        lowest, top, scale = to_scalars(lam_lowest, e.s_max, scale)  # both checks (and the scale) in one host read
+        check_psd(lowest, top, rtol, name, int(scale))
+        check_nonzero(top, name)
     return e
 
 
@@ -359,8 +370,7 @@ def require_unique(
     if policy not in ("raise", "warn"):
         raise ValueError(f"on_degenerate must be 'raise', 'warn' or 'ignore', got {policy!r}")
     gap_rtol = default_gap_rtol(e.s_max) if gap_rtol is None else gap_rtol
-    gap = to_scalar(e.gap_top if which == "max" else e.gap_bottom)
-    s_max = to_scalar(e.s_max)
+    gap, s_max = to_scalars(e.gap_top if which == "max" else e.gap_bottom, e.s_max)
     if gap > gap_rtol * s_max:
         return
     label = "s_max = s_1" if which == "max" else "s_min = s_k (smallest nonzero)"

@@ -1,15 +1,24 @@
-"""Input checks shared by every public function. Each error names the argument and the problem."""
+"""Input checks shared by every public function. Each error names the argument and the problem.
+
+A public function resolves its array namespace ``xp`` once (:func:`~kappalab._backend.namespace`) and hands it to
+these checks, and runs each of them once: the internal functions it calls are told the input is checked instead of
+checking it again (SciPy's pattern, ``xp = array_namespace(x)`` once per public call). Each value check reads back
+from the device once (one sync on CUDA), the symmetry check included; ``check=False`` reads nothing."""
 
 from __future__ import annotations
 
-from ._backend import Array, as_float, eps, is_torch, namespace, to_scalar
+from types import ModuleType
+
+from ._backend import Array, as_float, eps, is_torch, namespace, to_scalars
 
 
-def matrix(x: object, name: str, *, square: bool = False, check: bool = True) -> Array:
-    """Return ``x`` as a real floating 2-D array, checking shape and finiteness.
+def matrix(x: object, name: str, *, square: bool = False, check: bool = True, xp: ModuleType | None = None) -> Array:
+    """Return ``x`` as a real floating 2-D array, checking shape, and with ``check`` values (not a meta tensor) and
+    finiteness.
 
     ``check=False`` skips the finiteness scan (a device-to-host sync on CUDA) for hot loops whose inputs
-    were already validated; shape checks are free and always run.
+    were already validated; shape checks are free and always run (the meta check, free too, is then the caller's:
+    :func:`require_values`). ``xp``: the caller's namespace.
     """
     a = as_float(x, name)
     if a.ndim != 2:
@@ -20,7 +29,17 @@ def matrix(x: object, name: str, *, square: bool = False, check: bool = True) ->
         raise ValueError(f"{name} must be square, got shape {tuple(a.shape)}")
     if check:
         require_values(a, name)
-        finite(a, name)
+        finite(a, name, xp)
+    return a
+
+
+def matrix_to_decompose(x: object, name: str, *, square: bool = False, check: bool = True,
+                        xp: ModuleType | None = None) -> Array:
+    """:func:`matrix` for a matrix about to be decomposed: the (free) meta-tensor check runs whatever ``check`` says
+    (a meta tensor has no values to decompose), once."""
+    a = matrix(x, name, square=square, check=check, xp=xp)
+    if not check:
+        require_values(a, name)
     return a
 
 
@@ -32,9 +51,9 @@ def require_values(a: Array, name: str) -> None:
                          f"values; create it on 'cpu' or 'cuda'")
 
 
-def finite(a: Array, name: str) -> None:
-    """Raise if ``a`` holds NaN or Inf, saying how many."""
-    xp = namespace(a)
+def finite(a: Array, name: str, xp: ModuleType | None = None) -> None:
+    """Raise if ``a`` holds NaN or Inf, saying how many (one host read when it does not)."""
+    xp = namespace(a) if xp is None else xp
     bad = ~xp.isfinite(a)
     if bool(bad.any()):
         n_nan = int(xp.isnan(a).sum())
@@ -52,22 +71,25 @@ def symmetric_tolerance(a: Array) -> float:
     return 100.0 * a.shape[0] * eps(a)
 
 
-def symmetric(a: Array, name: str) -> None:
-    """Raise if the square matrix ``a`` is not symmetric within :func:`symmetric_tolerance`."""
-    xp = namespace(a)
-    scale = to_scalar(xp.abs(a).max())
-    asym = to_scalar(xp.abs(a - a.T).max())
+def symmetric(a: Array, name: str, xp: ModuleType | None = None) -> float:
+    """Raise if the square matrix ``a`` is not symmetric within :func:`symmetric_tolerance`; else return
+    ``max |a_ij|`` (read back with the asymmetry, in one host read; the caller's scaling reuses it)."""
+    xp = namespace(a) if xp is None else xp
+    scale, asym = to_scalars(xp.abs(a).max(), xp.abs(a - a.T).max())
     tol = symmetric_tolerance(a) * scale
     if asym > tol:
         raise ValueError(
             f"{name} must be symmetric: max |{name} - {name}^T| = {asym:.3e} exceeds the tolerance {tol:.3e} "
             f"(100 * n * eps * max|{name}_ij|)"
         )
+    return scale
 
 
-def same_kind(*arrays: Array) -> None:
-    """Raise if the arrays mix NumPy and torch, or torch tensors on different devices or dtypes."""
-    namespace(*arrays)
+def same_kind(*arrays: Array, xp: ModuleType | None = None) -> None:
+    """Raise if the arrays mix NumPy and torch, or torch tensors on different devices or dtypes. ``xp``: the namespace
+    the caller resolved over these arrays (which has already refused a mix of the two kinds)."""
+    if xp is None:
+        namespace(*arrays)
     tensors = [a for a in arrays if is_torch(a)]
     if tensors:
         devices = {str(t.device) for t in tensors}

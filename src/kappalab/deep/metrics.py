@@ -27,7 +27,6 @@ the features quadruples it) rather than of their conditioning. Where ``D_hid <= 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
 
 import torch
 from torch import nn
@@ -160,8 +159,3 @@ def linear_probe_curve(F_train: torch.Tensor, y_train: torch.Tensor, F_test: tor
         W = W - eta * grad
         curve.append(test_acc())
     return curve
-
-
-def labels_of(data: Iterable) -> torch.Tensor:
-    """All labels (second tensor of each batch) of a loader, concatenated."""
-    return torch.cat([batch[1] for batch in data])

@@ -142,13 +142,6 @@ _FILE_KEYS = set(FIELDS) | {"base", "extra", "reasons", "_comment"}
 OVERRIDABLE: dict[str, Any] = {**{f: None for f in FIELDS}, "extra": {name: None for name in EXTRA}}
 
 
-def config_path(path_or_name: str | Path) -> Path:
-    """A config file's path: an existing path as given, else the shipped ``<name>.json``."""
-    from kappalab.configs import path_of
-
-    return path_of(path_or_name)
-
-
 def _resolved(name: str | Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], tuple[str, ...]]:
     raw, path = read(name)
     if path in seen:

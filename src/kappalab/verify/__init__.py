@@ -74,11 +74,6 @@ def merge(registry, evidence_dir: Path, outcomes: dict[str, str]) -> list[dict[s
     return rows
 
 
-def _short(text: str, n: int = 90) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
 def render_md(rows: list[dict[str, Any]], profile: str) -> str:
     lines = [f"# Verdicts on the paper's claims (`kappalab verify --profile {profile}`)", "",
              "Generated from a real run of `pytest proofs_checks`; reasoning, derivations and step-size tables in "

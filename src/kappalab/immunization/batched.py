@@ -28,6 +28,7 @@ features, loss and labels; :func:`group_batches` forms such batches from a list 
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, Callable, TypeVar
@@ -134,6 +135,13 @@ class RunSteps(Schedule):
         self.last = [epochs * s for s in self.per_epoch]  #: each run's last step
         self.together = len({(own.X_P.shape, own.X_H.shape) for own in self.runs}) == 1
         self.held: list[torch.Tensor] | None = None  #: the finished runs' parameters (their slices)
+        # the runs whose last step is L, and those whose last step is at most L, as index tensors on the device,
+        # made before training (no host-to-device copy in a step)
+        index_of = lambda keep: torch.tensor([r for r, last in enumerate(self.last) if keep(last)],
+                                             device=proto.device)
+        self.last_steps = sorted(set(self.last))
+        self.finishing = {L: index_of(lambda last: last == L) for L in self.last_steps}
+        self.finished = {L: index_of(lambda last: last <= L) for L in self.last_steps}
 
     def _order(self, r: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for _ in range(self.epochs):
@@ -164,16 +172,15 @@ class RunSteps(Schedule):
     @torch.no_grad()
     def after_step(self, p: Params, step: int) -> None:
         """Restore the runs that finished before ``step`` to their held values; hold the runs finishing now."""
-        done = [r for r, last in enumerate(self.last) if last < step]
-        if done:
-            idx = torch.tensor(done, device=self.proto.device)
+        before = bisect.bisect_left(self.last_steps, step) - 1  # the last finishing step before this one, if any
+        if before >= 0:
+            idx = self.finished[self.last_steps[before]]
             for t, h in zip(p.all(), self.held):
                 t.index_copy_(0, idx, h.index_select(0, idx))
-        now = [r for r, last in enumerate(self.last) if last == step]
-        if now and step < max(self.last):
+        if step in self.finishing and step < self.last_steps[-1]:
             if self.held is None:
                 self.held = [t.detach().clone() for t in p.all()]
-            idx = torch.tensor(now, device=self.proto.device)
+            idx = self.finishing[step]
             for t, h in zip(p.all(), self.held):
                 h.index_copy_(0, idx, t.detach().index_select(0, idx))
 

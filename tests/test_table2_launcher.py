@@ -9,6 +9,7 @@ R_ill Only: 4 runs.
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,12 @@ def test_every_misuse_is_one_line_and_status_2(argv: list[str], says: str, tmp_p
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and says in lines[0], lines
     assert not (tmp_path / "out" / "runs_official.jsonl").exists()
+
+
+@pytest.mark.skipif(shutil.which("srun") is not None, reason="this machine has SLURM: the array would be submitted")
+def test_submitit_without_slurm_is_one_line_and_status_2(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    assert table2.main(QUICK + ["--launcher", "submitit", "--parts", "2", "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "submitit could not submit the job array" in lines[0], lines
+    assert not (out / "runs_official.jsonl").exists() and not (out / "shards").exists()

@@ -14,9 +14,9 @@ from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_option
                                   data_errors, positive_int)
 from kappalab.results import RunStore
 
+from . import launcher
 from .constants import ALL_PAIRS, ENGINES, METHODS, PROBE_PAIRS, QUICK_EPOCHS, QUICK_PAIRS
 from .data import DATASETS, data_label, load_dataset
-from . import launcher
 from .engine import DEFAULT_BATCH_SIZE, choose_engine
 from .merge import merge_stores
 from .report import label_of, record_route, reproducibility, write_report

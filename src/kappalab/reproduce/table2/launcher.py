@@ -107,14 +107,19 @@ def launch(args: argparse.Namespace, argv: list[str], out: Path, store: Path) ->
                          f"{out / 'shards'} and resume)")
     n = args.parts
     folders = [out / "shards" / str(k) for k in range(1, n + 1)]
-    executor = submitit.AutoExecutor(folder=args.launcher_dir or out / "submitit",
-                                     cluster="slurm" if args.launcher == "submitit" else "local")
     parameters: dict[str, Any] = {SUBMITIT_PARAMETERS[name]: getattr(args, name) for name in SUBMITIT_PARAMETERS
                                   if getattr(args, name) is not None}
     if args.launcher == "local":  # submitit's local default (5 minutes) would stop a part mid-sweep
         parameters.setdefault("timeout_min", LOCAL_TIMEOUT_MIN)
-    executor.update_parameters(name="kappalab-table2", **parameters)
-    jobs = executor.map_array(run_part, [part_argv(argv, k, n, folder) for k, folder in enumerate(folders, 1)])
+    try:
+        executor = submitit.AutoExecutor(folder=args.launcher_dir or out / "submitit",
+                                         cluster="slurm" if args.launcher == "submitit" else "local")
+        executor.update_parameters(name="kappalab-table2", **parameters)
+        jobs = executor.map_array(run_part, [part_argv(argv, k, n, folder) for k, folder in enumerate(folders, 1)])
+    except Exception as error:  # no SLURM on this machine, or SLURM refused the parameters
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise UsageError(f"--launcher {args.launcher}: submitit could not submit the job array "
+                         f"({type(error).__name__}: {first})") from None
     print(f"table2: {n} parts submitted as one {args.launcher} job array ({jobs[0].job_id.split('_')[0]}); "
           f"waiting", flush=True)
     for k, job in enumerate(jobs, 1):

@@ -225,8 +225,12 @@ for protocol in ("paper", "official"):
         first = next((i for i, line in enumerate(text) if line.startswith("## kappa definition")), None)
         lines += [line for line in text[2:3]] + [""]
         if first is not None:
-            table = [line for line in text[first + 2:] if line.startswith("|")]
-            lines += [text[first].removeprefix("## "), ""] + table[:6] + [""]
+            table = []
+            for line in text[first + 2:]:  # the first kappa definition's table
+                if not line.startswith("|"):
+                    break
+                table.append(line)
+            lines += [text[first].removeprefix("## "), ""] + table + [""]
     else:
         lines += fenced(f"table1_{protocol}.txt", 8) + [""]
 lines += ["## 6. Table 2 sweep (official protocol, batched engine)", ""]

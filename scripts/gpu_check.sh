@@ -15,11 +15,11 @@
 #   4. benchmarks: benchmarks/test_bench_batched.py --benchmark-only --device DEVICE (one official step, single vs
 #      batched, achieved GFLOP/s vs the device's float64 GEMM rate in the same run);
 #   5. Table 1: `kappalab reproduce table1` for both protocols on the device, TABLE1_ARGS (default: 5 seeds, the
-#      configs' epochs; the CPU path: --quick), each within TABLE1_SECONDS (default 150);
+#      configs' epochs; the CPU path: --quick), each within TABLE1_SECONDS (default 100);
 #   6. Table 2 sweep: benchmarks/sweep_table2.py (official protocol, 1080 runs by default; on full MNIST, the default
 #      on CUDA, the pairs' row counts differ and share batches: mixed-pair batches; the first CHECK_SINGLE (default
-#      8) runs also through the single engine: agreement and per-run time). It starts no new batch after
-#      SWEEP_SECONDS (default 150); the report gives runs per second, the fraction of the float64 GEMM rate and the
+#      4) runs also through the single engine: agreement and per-run time). It starts no new batch after
+#      SWEEP_SECONDS (default 100); the report gives runs per second, the fraction of the float64 GEMM rate and the
 #      extrapolated 1080-run time;
 #   7. the command line: `kappalab reproduce table2 --engine batched --shard K/2` for K = 1, 2 into two stores,
 #      `--merge` of both, the same runs with `--engine single`, and `--compare-with` between the two: run-by-run
@@ -28,7 +28,7 @@
 #      (--batch-size 1) against the merged ones: whether the batch size changes a run's numbers on the device;
 #   8. Table 3's real network: `kappalab reproduce table3 --arch TABLE3_ARCH --harmful TABLE3_HARMFUL --weights
 #      TABLE3_WEIGHTS --imagenet TABLE3_IMAGENET --harmful-dir TABLE3_HARMFUL_DIR` on the device within
-#      TABLE3_SECONDS (default 120; cut there, its log says how far it got); skipped unless the weights, both data
+#      TABLE3_SECONDS (default 60; cut there, its log says how far it got); skipped unless the weights, both data
 #      folders and timm are present.
 #
 # Defaults: --device cuda, --data mnist on CUDA (full MNIST; subset on the CPU), all 1080 runs, batches of 256 runs
@@ -40,9 +40,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 DEVICE=cuda DATA="" DATA_DIR="" RUNS="" EPOCHS="" BATCH="" OUT=""
-SWEEP_SECONDS=${SWEEP_SECONDS:-150}  # the sweep starts no new batch after this; the rest is extrapolated
-TABLE1_SECONDS=${TABLE1_SECONDS:-150} TABLE3_SECONDS=${TABLE3_SECONDS:-120}  # per protocol / for the network
-CHECK_SINGLE=${CHECK_SINGLE:-8}  # the first runs also trained by the single engine (agreement, per-run time)
+# Time on one H200: of the steps without a limit, the parity tests took ~20 s and the benchmarks ~50 s in call 1
+# (docs/gpu.md); the limits below add at most 2 x 100 + 100 (+ the sweep's finish) + 60 s
+SWEEP_SECONDS=${SWEEP_SECONDS:-100}  # the sweep starts no new batch after this; the rest is extrapolated
+TABLE1_SECONDS=${TABLE1_SECONDS:-100} TABLE3_SECONDS=${TABLE3_SECONDS:-60}  # per protocol / for the network
+CHECK_SINGLE=${CHECK_SINGLE:-4}  # the first runs also trained by the single engine (agreement, per-run time)
 CLI_PAIRS=${CLI_PAIRS:-0-1,7-3,4-9} CLI_EPOCHS=${CLI_EPOCHS:-2}  # step 4's runs (x 4 methods, seed 0)
 
 usage() { echo "gpu_check: $1 (usage: scripts/gpu_check.sh [--device cuda|cpu] [--data subset|mnist]" \

@@ -5,19 +5,23 @@ unavoidable float64 products measured in the same sitting.
         [--batch-size R] [--epochs E] [--check-single K] [--threads T] [--json OUT]
 
 Jobs: Table 2's 90 ordered pairs x 4 methods x seeds (0, 1, 2), seed-major with the methods interleaved (the
-sweep's order), the first ``--runs`` of them (default: all 1080). Runs with equal config and data shapes are trained
-together in batches of at most ``--batch-size`` (:func:`kappalab.immunization.batched.immunize_batch`); each run is
-then finished as the Table 2 runner finishes it (spectra by SVD, Eq. 15 with its tolerance sensitivity, the
-evaluation block), timed apart ("finish").
+sweep's order), the first ``--runs`` of them (default: all 1080). Runs of one config are trained together in batches
+of at most ``--batch-size`` (:func:`kappalab.immunization.batched.immunize_batch`; on full MNIST the pairs' row
+counts differ and share a batch: mixed-pair batches, each run taking its own steps); each run is then finished as
+the Table 2 runner finishes it (spectra by SVD, Eq. 15 with its tolerance sensitivity, the evaluation block), timed
+apart ("finish"). A batch's tasks are built when it starts and dropped when it is done (full MNIST's 1080 tasks
+would take ~80 GB at once).
 
 The unavoidable products: per step and run, the features ``Phi = X theta`` of each task the method uses (one
 ``64 x 784 x 784`` GEMM) and theta's gradient ``X^T M`` (one more of the same size): 4 such GEMMs for Ours, Opt
 kappa and IMMA, 2 for R_ill Only (no P term). They are timed as batched GEMMs at the batches' shapes, in the form
 the engine uses (the two gradient products as one 128-deep product, the cheaper form), as many times as the sweep
-takes steps, in the same process (``products_s``); ``train_s / products_s`` is the ratio the issue's
-goal (<= 1.35) is about, ``total_s / products_s`` includes the finish.
+takes steps, in the same process (``products_s``; a mixed batch is timed at its longest run's steps and scaled to
+the steps its runs take); ``train_s / products_s`` is the ratio the issue's goal (<= 1.35) is about,
+``total_s / products_s`` includes the finish. ``fraction_of_gemm``: the products' FLOPs over the training time,
+as a fraction of the machine's float64 GEMM rate; ``runs_per_s``: runs trained and finished per second.
 
-``--check-single K``: also run the first K jobs through the single-run engine and report, per run, the relative
+``--check-single K``: also run the first K jobs (those of them the sweep timed) through the single-run engine and report, per run, the relative
 difference of theta_I and of Eq. 15's numbers (engine agreement at full size), and the per-run time of each engine
 on those runs (a run's batched time is its share of its batch's): ``batched_over_single`` is their ratio.
 CUDA: timers synchronize the device; TF32 is off. The machine's float64 GEMM rate (a square GEMM) is reported too.
@@ -38,7 +42,7 @@ import torch
 from spectral_methods import sync  # benchmarks/ is on sys.path (script or test module)
 
 from kappalab.immunization import evaluate, immunize
-from kappalab.immunization.batched import group_batches, immunize_batch
+from kappalab.immunization.batched import batch_key, group_batches, immunize_batch
 from kappalab.reproduce.table2 import (ALL_PAIRS, METHODS, feature_spectrum, mnist_task, rir_from_spectra,
                                        rtol_sensitivity, run_spectra, table2_config)
 
@@ -138,8 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     cfgs = {m: table2_config("official", m) for m in METHODS}
     if args.epochs:
         cfgs = {m: c.replace(epochs=args.epochs) for m, c in cfgs.items()}
-    tasks = [mnist_task(a, b, s, args.data_dir, 1, dataset) for _, (a, b), s in jobs]
-    key = lambda i: (jobs[i][0], tasks[i].X_P.shape, tasks[i].X_H.shape)
+    task_of = lambda i: mnist_task(*jobs[i][1], jobs[i][2], args.data_dir, 1, dataset)
+    first = task_of(0)
+    shared = batch_key(first)  # every Table 2 task: D = 784, BCE, labelled; the row counts differ on full MNIST
+    key = lambda i: jobs[i][0]
     ordinal: dict[Any, int] = {}  # round-robin over the methods, so that a --max-seconds cut times each of them
     ranked = []
     for b in group_batches(range(len(jobs)), key, args.batch_size):
@@ -153,10 +159,10 @@ def main(argv: list[str] | None = None) -> int:
                            "machine": platform.processor() or platform.machine(),
                            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None}
     warm = cfgs[jobs[0][0]].replace(epochs=1)  # first calls pay one-time costs (measured ~7 s on the CPU): not timed
-    immunize_batch(tasks[:1], warm, [0], args.device)
-    immunize(tasks[0], warm, 0, args.device)
-    train_s = finish_s = products_s = 0.0
-    steps_total, results, data_spectra = 0, {}, {}
+    immunize_batch([first], warm, [jobs[0][2]], args.device)
+    immunize(first, warm, jobs[0][2], args.device)
+    train_s = finish_s = products_s = flops = 0.0
+    steps_total, results, data_spectra, rows_seen = 0, {}, {}, set()
     share: dict[int, float] = {}  # each run's share of its batch's training time
     start_all = time.perf_counter()
     done: list[int] = []
@@ -166,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             break
         method = jobs[idx[0]][0]
         done.extend(idx)
+        tasks = {i: task_of(i) for i in idx}
+        assert all(batch_key(t) == shared for t in tasks.values())
+        rows_seen.update((t.X_P.shape[0], t.X_H.shape[0]) for t in tasks.values())
         sync(args.device)
         t = time.perf_counter()
         runs = immunize_batch([tasks[i] for i in idx], cfgs[method], [jobs[i][2] for i in idx], args.device)
@@ -177,13 +186,15 @@ def main(argv: list[str] | None = None) -> int:
         for i, run in zip(idx, runs):
             data = data_spectra.setdefault(jobs[i][1:], {n: feature_spectrum(getattr(tasks[i], f"X_{n[-1]}"))
                                                          for n in ("K_P", "K_H")}) if args.finish != "none" else None
-            results[i] = (run, finish(tasks[i], run, args.finish, data))
+            # theta_I only of the runs --check-single compares (a full-MNIST sweep's would fill the memory)
+            results[i] = (run if i < args.check_single else None, finish(tasks[i], run, args.finish, data))
         finish_s += time.perf_counter() - t
-        D = tasks[idx[0]].X_P.shape[1]
-        steps = runs[0].n_steps
-        steps_total += steps * len(idx)
-        products_s += products_time(len(idx), cfgs[method].batch_size, D, steps, 2 if USES_P[method] else 1,
-                                    args.device)
+        D, bs, n_tasks = first.X_P.shape[1], cfgs[method].batch_size, 2 if USES_P[method] else 1
+        steps = [run.n_steps for run in runs]  # each run's own (a mixed batch: different counts)
+        steps_total += sum(steps)
+        flops += 2.0 * 2 * n_tasks * bs * D * D * sum(steps)
+        products_s += products_time(len(idx), bs, D, max(steps), n_tasks, args.device) * sum(steps) / (
+            len(idx) * max(steps))
         print(f"batch {method} x{len(idx)}: train {train_s:.1f} s, finish {finish_s:.1f} s, products "
               f"{products_s:.1f} s so far", flush=True)
     total = time.perf_counter() - start_all
@@ -191,26 +202,28 @@ def main(argv: list[str] | None = None) -> int:
         timed = {jobs[i][0] for i in done}
         out["table"] = {m: {k: float(np.median([r[k] for i, (_, r) in results.items() if jobs[i][0] == m]))
                             for k in ("term_i", "term_ii", "rir")} for m in METHODS if m in timed}
-    D = tasks[0].X_P.shape[1]
+    gemm = gemm_rate(args.device)
     out.update({"runs_timed": len(done), "train_s": train_s, "finish_s": finish_s, "products_s": products_s,
+                "row_counts": len(rows_seen), "runs_per_s": len(done) / (train_s + finish_s),
+                "fraction_of_gemm": flops / train_s / 1e9 / gemm,
                 "wall_s": total, "steps": steps_total, "train_over_products": train_s / products_s,
                 "total_over_products": (train_s + finish_s) / products_s,
                 "per_run_batched_s": (train_s + finish_s) / len(done), "per_run_train_batched_s": train_s / len(done),
                 "extrapolated_sweep_s": (train_s + finish_s) / len(done) * len(jobs),
-                "gemm_gflops": gemm_rate(args.device),
-                "products_gflops": sum(2.0 * (4 if USES_P[jobs[i][0]] else 2) * 64 * D * D for i in done)
-                * (steps_total / len(done)) / products_s / 1e9})
+                "extrapolated_1080_s": (train_s + finish_s) / len(done) * len(jobs_of((0, 1, 2))),
+                "gemm_gflops": gemm, "products_gflops": flops / products_s / 1e9})
     if args.check_single:
         rows = []
-        for i in sorted(done)[:args.check_single]:  # the sweep's order: the methods interleaved
+        for i in sorted(i for i in done if i < args.check_single):  # the sweep's order: the methods interleaved
             method, (a, b), seed = jobs[i]
             sync(args.device)
             t = time.perf_counter()
-            one = immunize(tasks[i], cfgs[method], seed, args.device)
+            task = task_of(i)
+            one = immunize(task, cfgs[method], seed, args.device)
             sync(args.device)
             single_train = time.perf_counter() - t
-            numbers = finish(tasks[i], one, "rir")
-            many, many_numbers = results[i][0], finish(tasks[i], results[i][0], "rir")
+            numbers = finish(task, one, "rir")
+            many, many_numbers = results[i][0], finish(task, results[i][0], "rir")
             rel = lambda x, y: float(np.max(np.abs(x - y)) / np.max(np.abs(y)))
             rows.append({"job": f"{method} {a}-{b} s{seed}", "single_train_s": single_train,
                          "batched_train_s": share[i],

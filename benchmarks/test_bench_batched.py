@@ -25,7 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kappalab.immunization import LinearTask, load_config  # noqa: E402
-from kappalab.immunization.batched import stacked_batches, stacked_params, stacked_protocol  # noqa: E402
+from kappalab.immunization.batched import RunSteps, stacked_params, stacked_protocol  # noqa: E402
 from kappalab.immunization.methods import step_gradients  # noqa: E402
 from kappalab.immunization.official_step import CLOSED_FORM_METHODS  # noqa: E402
 from kappalab.immunization.protocols import make_protocol  # noqa: E402
@@ -60,9 +60,9 @@ def _setup(method: str, runs: int, device: str):
         p = proto.init_params(0, with_w_H=method == "imma")
         batch = next(proto.batches(torch.Generator().manual_seed(1)))
     else:
-        proto = stacked_protocol(tasks, cfg, device)
+        proto, own = stacked_protocol(tasks, cfg, device)
         p = stacked_params(proto, seeds, with_w_H=method == "imma")
-        batch = stacked_batches(proto, [torch.Generator().manual_seed(s + 1) for s in seeds])[0]
+        batch = next(RunSteps(proto, own, 1, [torch.Generator().manual_seed(s + 1) for s in seeds]).steps())[0]
     return proto, p, batch, cfg, tasks
 
 

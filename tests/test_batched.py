@@ -132,10 +132,12 @@ def test_refuses_what_it_does_not_implement(change, message):
 def test_refuses_mismatched_batches():
     cfg = load_config("table2_official_ours").replace(epochs=1)
     task = _task(0, 1, 0)
-    short = LinearTask(X_P=task.X_P[:100], y_P=task.y_P[:100], X_H=task.X_H, y_H=task.y_H, loss="bce", name="short",
-                       data_label="x")
-    with pytest.raises(ValueError, match=r"tasks\[1\] has shapes"):
-        immunize_batch([task, short], cfg, [0, 1])
+    narrow = LinearTask(X_P=task.X_P[:, :700], y_P=task.y_P, X_H=task.X_H[:, :700], y_H=task.y_H, loss="bce",
+                        name="narrow", data_label="x")
+    mse = LinearTask(X_P=task.X_P, y_P=task.y_P, X_H=task.X_H, y_H=task.y_H, loss="mse", name="mse", data_label="x")
+    for other in (narrow, mse):
+        with pytest.raises(ValueError, match=r"tasks\[1\] has features/loss/labels"):
+            immunize_batch([task, other], cfg, [0, 1])
     with pytest.raises(ValueError, match="equal length"):
         immunize_batch([task], cfg, [0, 1])
 
@@ -174,3 +176,35 @@ def test_batched_equals_single_when_rows_exceed_features(method):
         assert _rel(many.theta_I, one.theta_I) <= RTOL
         for key in one.history:
             assert _rel(many.history[key], one.history[key]) <= RTOL, key
+
+
+#: (ordered pair, seed, P rows, H rows): three tasks of different sizes, 2, 3 and 4 minibatches of 64 per epoch
+#: (full MNIST's pairs differ so: each balanced task has its own row count; rows not a multiple of 64 on purpose)
+MIXED = (((0, 1), 0, 128, 150), ((7, 3), 1, 256, 200), ((4, 9), 2, 300, 330))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_runs_of_different_row_counts_share_a_batch(method):
+    """Mixed-pair batches: tasks of different row counts (hence steps per epoch) in one stack, each run equal to
+    its single run to 1e-10 relative: theta_I, bias, head, its own step count, its history (epoch ends at its own
+    steps, whole-task kappa on its own rows) and Table 2's reported numbers. A run that finished early and kept
+    its parameters through the others' later steps is compared like the rest (the 2-step run: 4 of 8 steps)."""
+    tasks = []
+    for (a, b), seed, n_P, n_H in MIXED:
+        X_P, X_H = digit_pair(_mnist(), a, b, seed)
+        tasks.append(LinearTask(X_P=X_P[:n_P], y_P=np.zeros(n_P), X_H=X_H[:n_H], y_H=np.ones(n_H), loss="bce",
+                                name=f"mnist/{a}-{b}", data_label=f"subset, {n_P} and {n_H} rows"))
+    seeds = [seed for _, seed, _, _ in MIXED]
+    cfg = load_config(f"table2_official_{method}").replace(epochs=EPOCHS)
+    batched = immunize_batch(tasks, cfg, seeds)
+    assert [run.n_steps for run in batched] == [EPOCHS * min(n_P // 64, n_H // 64) for *_, n_P, n_H in MIXED]
+    for task, seed, many in zip(tasks, seeds, batched):
+        one = immunize(task, cfg, seed)
+        assert many.n_steps == one.n_steps
+        for name in ("theta_I", "bias", "head"):
+            assert _rel(getattr(many, name), getattr(one, name)) <= RTOL, (task.data_label, name)
+        assert many.history.keys() == one.history.keys()
+        for key in one.history:
+            assert len(many.history[key]) == len(one.history[key]), key
+            assert _rel(many.history[key], one.history[key]) <= RTOL, (task.data_label, key)
+        assert _rel(_reported(task, many.theta_I, many.bias), _reported(task, one.theta_I, one.bias)) <= RTOL

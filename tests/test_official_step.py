@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from kappalab.immunization import LinearTask, immunize, load_config
-from kappalab.immunization.batched import stacked_batches, stacked_params, stacked_protocol
+from kappalab.immunization.batched import RunSteps, stacked_params, stacked_protocol
 from kappalab.immunization.methods import step_gradients
 from kappalab.immunization.official_step import CLOSED_FORM_METHODS, applies
 from kappalab.immunization.protocols import make_protocol
@@ -88,9 +88,10 @@ def test_one_run_equals_the_autograd_step(method: str) -> None:
 def test_a_stack_equals_the_autograd_step(method: str) -> None:
     cfg = load_config(f"table2_official_{method}")
     tasks, seeds = [_task(0, 1, 0), _task(4, 9, 2), _task(7, 3, 1)], [0, 2, 1]
-    proto = stacked_protocol(tasks, cfg, "cpu")
+    proto, runs = stacked_protocol(tasks, cfg, "cpu")
     p = stacked_params(proto, seeds, with_w_H=method == "imma")
-    batches = stacked_batches(proto, [torch.Generator().manual_seed(s + 1) for s in seeds])
+    schedule = RunSteps(proto, runs, 1, [torch.Generator().manual_seed(s + 1) for s in seeds])
+    batches = [batch for batch, _ in schedule.steps()]
     assert _compare_steps(proto, p, batches, cfg) <= RTOL
 
 

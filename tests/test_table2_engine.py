@@ -89,6 +89,35 @@ def test_the_auto_rule_and_the_identity_rule() -> None:
         identity_options("auto")
 
 
+#: a key the single engine wrote: full-MNIST sweep of 2026-12-01 (Alg. 1, closed-form route), pair 0-1, seed 0,
+#: with its data identity (the sha256 of full MNIST's training split)
+STORED_KEY = "paper.ours.0-1.s0.e30.d08c1c432dcb"
+STORED_DATA = {"name": "mnist", "sha256": "0722f7df248c3c69ff5697f984f1a007a4239c58f3a23c2fd7505f11828b9480"}
+
+
+def test_single_engine_keys_are_the_stored_ones_and_every_batched_key_names_its_engine(monkeypatch) -> None:
+    """The single engine's identities stay byte for byte those its stores hold (no engine field: the reference);
+    every method's batched run carries ``engine: batched`` (the issue said the rule left the engine out of Ours',
+    R_ill Only's and Opt kappa's identities on the CPU: not so since 27379c6, checked here for all four methods
+    and both devices' plans)."""
+    from kappalab.reproduce.table2 import run as run_module
+
+    monkeypatch.setattr(run_module, "data_identity", lambda dataset, directory, pool: dict(STORED_DATA))
+    parse = table2.build_parser().parse_args
+    paper = table2.plan_from_args(parse(["--data", "mnist", "--protocol", "paper", "--methods", "ours", "--pairs",
+                                         "0-1", "--seeds", "0", "--set", "extra.spectral_route=closed_form"]))
+    assert paper.engine == "single" and [job.key for job in paper.jobs()] == [STORED_KEY]
+    for device in ("cpu", "cuda"):
+        args = ["--data", "mnist", "--pairs", "0-1", "--seeds", "0", "--device", device]
+        single = table2.plan_from_args(parse(args + ["--engine", "single"])).jobs()
+        batched = table2.plan_from_args(parse(args + ["--engine", "batched"])).jobs()
+        assert len(single) == len(batched) == 4
+        for one, many in zip(single, batched):
+            assert "engine" not in one.params["identity"]["options"]
+            assert many.params["identity"]["options"] == {**one.params["identity"]["options"], "engine": "batched"}
+            assert label_of(one.key) == label_of(many.key) and one.key != many.key
+
+
 @pytest.mark.parametrize("method", ["imma", "ours"])
 def test_the_batch_size_changes_no_bit(method: str) -> None:
     """Why the batch size is not part of a run's identity: a run trained alone (R = 1) and in a batch of 3 (other

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -189,32 +189,82 @@ def _extractor_grads(p: Params, batch: Batch, feature_grads: dict[str, list[torc
     return out
 
 
+@dataclass(frozen=True)
+class EpochEnd:
+    """After a step of :func:`train`: the run ``run`` of a stack (None: every run the step trained) has finished its
+    epoch ``epoch``."""
+
+    epoch: int
+    run: int | None = None
+
+
+class Schedule:
+    """The steps :func:`train` takes: each step's batch and the :class:`EpochEnd` s after it, the whole-task kappa
+    of a finished epoch, and what happens to the parameters after a step. This one: every run of the parameters
+    (one run, or a stack of runs of equal shapes) takes ``epoch_batches()``'s batches, ``epochs`` times;
+    :class:`kappalab.immunization.batched.RunSteps` gives each run of a stack its own steps."""
+
+    def __init__(self, proto: Protocol, epochs: int, epoch_batches: Callable[[], Any]) -> None:
+        self.proto, self.epochs, self.epoch_batches = proto, epochs, epoch_batches
+
+    def steps(self) -> Iterator[tuple[Batch, tuple[EpochEnd, ...]]]:
+        for epoch in range(1, self.epochs + 1):
+            batches = iter(self.epoch_batches())
+            batch = next(batches)
+            for following in batches:
+                yield batch, ()
+                batch = following
+            yield batch, (EpochEnd(epoch),)
+
+    def monitor(self, p: Params, run: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """kappa(H_P), kappa(H_H) on the whole task of ``run`` (None: of every run, stacked)."""
+        return self.proto.monitor(p)
+
+    def after_step(self, p: Params, step: int) -> None:
+        """Called after optimizer step ``step`` (1, 2, ...) and before its epoch ends are recorded."""
+
+
+@dataclass
+class RunLog:
+    """What :func:`train` records at one run's (or every run's) epoch ends: the whole-task kappas at the monitored
+    epochs, each term's last value per epoch (tensors: one scalar, or one per stacked run), and the steps taken
+    by the last epoch end."""
+
+    kappas: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    monitored: list[int] = field(default_factory=list)
+    term_log: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    n_steps: int = 0
+
+
 @dataclass
 class Training:
-    """What :func:`train` returns: the whole-task kappas at the monitored epochs, each term's last value per epoch
-    (tensors: one scalar, or one per stacked run), steps, steps with a degenerate-spectrum warning, wall time."""
+    """What :func:`train` returns: the :class:`RunLog` of every run (key None: of all runs together), the steps
+    taken, steps with a degenerate-spectrum warning, wall time."""
 
-    kappas: list[tuple[torch.Tensor, torch.Tensor]]
-    monitored: list[int]
-    term_log: dict[str, list[torch.Tensor]]
+    logs: dict[int | None, RunLog]
     n_steps: int
     degenerate: int
     wall_time_s: float
 
+    def log(self, run: int | None = None) -> RunLog:
+        """The :class:`RunLog` that holds stacked run ``run``'s epochs."""
+        return self.logs[run] if run in self.logs else self.logs[None]
+
     def history(self, run: int | None = None) -> dict[str, list[float]]:
         """:attr:`ImmunizationRun.history` (of stacked run ``run`` when given)."""
-        pick = (lambda t: float(t)) if run is None else (lambda t: float(t[run]))
-        out = {"kappa_P": [pick(a) for a, _ in self.kappas], "kappa_H": [pick(b) for _, b in self.kappas],
-               "kappa_epoch": [float(e) for e in self.monitored]}
-        out.update({name: [pick(v) for v in values] for name, values in self.term_log.items()})
+        pick = lambda t: float(t) if run is None or t.ndim == 0 else float(t[run])
+        log = self.log(run)
+        out = {"kappa_P": [pick(a) for a, _ in log.kappas], "kappa_H": [pick(b) for _, b in log.kappas],
+               "kappa_epoch": [float(e) for e in log.monitored]}
+        out.update({name: [pick(v) for v in values] for name, values in log.term_log.items()})
         return out
 
 
-def train(proto: Protocol, p: Params, cfg: MethodConfig, epoch_batches: Callable[[], Any], desc: str,
+def train(proto: Protocol, p: Params, cfg: MethodConfig, schedule: Schedule, desc: str,
           progress: bool = False, observer: Callable[[int, Params], None] | None = None) -> Training:
     """The training loop shared by :func:`immunize` and :func:`kappalab.immunization.batched.immunize_batch`:
-    Adam (``adam_betas``, ``adam_eps``, ``adam_fused``) over ``p``, ``cfg.epochs`` passes over
-    ``epoch_batches()``, the whole-task kappa every ``monitor_every``-th epoch and at the last.
+    Adam (``adam_betas``, ``adam_eps``, ``adam_fused``) over ``p``, the steps of ``schedule``; at each epoch end,
+    each term's value, and the whole-task kappa every ``monitor_every``-th epoch and at the last.
 
     ``observer(step, params)``, when given, is called before the first step (step 0) and after every optimizer
     step (step = steps taken so far) with the live parameters (read them detached, never modify them)."""
@@ -227,31 +277,32 @@ def train(proto: Protocol, p: Params, cfg: MethodConfig, epoch_batches: Callable
         raise ValueError(f"cfg.extra['monitor_every'] must be a positive int, got {monitor_every!r}")
     opt = torch.optim.Adam(p.all(), lr=cfg.eta, betas=betas, eps=float(cfg.get("adam_eps", 1e-8)),
                            **({"fused": True} if fused else {}))
-    kappas: list[tuple[torch.Tensor, torch.Tensor]] = []
-    monitored: list[int] = []
-    term_log: dict[str, list[torch.Tensor]] = {}
+    logs: dict[int | None, RunLog] = {}
     n_steps = degenerate = 0
     start = time.perf_counter()
     if observer is not None:
         observer(0, p)
-    for epoch in tqdm(range(1, cfg.epochs + 1), desc=desc, disable=not progress, leave=False):
-        for batch in epoch_batches():
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", DegenerateSpectrumWarning)
-                grads, terms = step_gradients(proto, p, batch.for_step(), cfg, theta_out=p.theta.grad)
-            degenerate += int(any(issubclass(w.category, DegenerateSpectrumWarning) for w in caught))
-            for param in p.all():
-                param.grad = grads.get(id(param))
-            opt.step()
-            n_steps += 1
-            if observer is not None:
-                observer(n_steps, p)
-        for term in terms:
-            term_log.setdefault(term.name, []).append(term.value.detach())
-        if epoch % monitor_every == 0 or epoch == cfg.epochs:
-            kappas.append(proto.monitor(p))
-            monitored.append(epoch)
-    return Training(kappas, monitored, term_log, n_steps, degenerate, time.perf_counter() - start)
+    for batch, ends in tqdm(schedule.steps(), desc=desc, disable=not progress, leave=False):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DegenerateSpectrumWarning)
+            grads, terms = step_gradients(proto, p, batch.for_step(), cfg, theta_out=p.theta.grad)
+        degenerate += int(any(issubclass(w.category, DegenerateSpectrumWarning) for w in caught))
+        for param in p.all():
+            param.grad = grads.get(id(param))
+        opt.step()
+        n_steps += 1
+        schedule.after_step(p, n_steps)
+        if observer is not None:
+            observer(n_steps, p)
+        for end in ends:
+            log = logs.setdefault(end.run, RunLog())
+            for term in terms:
+                log.term_log.setdefault(term.name, []).append(term.value.detach())
+            if end.epoch % monitor_every == 0 or end.epoch == cfg.epochs:
+                log.kappas.append(schedule.monitor(p, end.run))
+                log.monitored.append(end.epoch)
+            log.n_steps = n_steps
+    return Training(logs, n_steps, degenerate, time.perf_counter() - start)
 
 
 def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu",
@@ -267,8 +318,8 @@ def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu"
     proto = make_protocol(task, cfg, device)
     p = proto.init_params(seed, with_w_H=cfg.method == "imma")
     gen = torch.Generator().manual_seed(int(seed) + 1)
-    t = train(proto, p, cfg, lambda: proto.batches(gen), f"{cfg.protocol}/{cfg.method}/seed{seed}", progress,
-              observer)
+    t = train(proto, p, cfg, Schedule(proto, cfg.epochs, lambda: proto.batches(gen)),
+              f"{cfg.protocol}/{cfg.method}/seed{seed}", progress, observer)
     to_np = lambda t: None if t is None else t.detach().cpu().numpy().astype(np.float64)
     return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=t.history(),
                            wall_time_s=t.wall_time_s, n_steps=t.n_steps, degenerate_count=t.degenerate,

@@ -191,14 +191,21 @@ class Protocol:
     def epoch_order(self, gen: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch's minibatches as row indices ``(iP, iH)`` into the P and H rows (``cfg.batch_size`` rows each,
         drop_last, P and H batches paired in order; shuffled by ``gen`` unless ``shuffle`` is false)."""
+        bs, steps = self.cfg.batch_size, self.steps_per_epoch()
+        shuffle = bool(self.cfg.get("shuffle", True))
+        order = lambda n: (torch.randperm(n, generator=gen) if shuffle else torch.arange(n)).to(self.device)
+        perm_P, perm_H = order(self.X_P.shape[-2]), order(self.X_H.shape[-2])
+        return [(perm_P[i * bs:(i + 1) * bs], perm_H[i * bs:(i + 1) * bs]) for i in range(steps)]
+
+    def steps_per_epoch(self) -> int:
+        """How many minibatches :meth:`epoch_order` gives (1: the full batch when ``cfg.batch_size`` is None)."""
         bs = self.cfg.batch_size
+        if bs is None:
+            return 1
         n_P, n_H = self.X_P.shape[-2], self.X_H.shape[-2]
         if bs > min(n_P, n_H):
             raise ValueError(f"batch_size {bs} exceeds the smaller split ({min(n_P, n_H)} rows) with drop_last")
-        shuffle = bool(self.cfg.get("shuffle", True))
-        order = lambda n: (torch.randperm(n, generator=gen) if shuffle else torch.arange(n)).to(self.device)
-        perm_P, perm_H = order(n_P), order(n_H)
-        return [(perm_P[i * bs:(i + 1) * bs], perm_H[i * bs:(i + 1) * bs]) for i in range(min(n_P // bs, n_H // bs))]
+        return min(n_P // bs, n_H // bs)
 
     @property
     def _full(self) -> Batch:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_option
                                   data_errors, positive_int)
 from kappalab.results import RunStore
 
+from . import launcher
 from .constants import ALL_PAIRS, ENGINES, METHODS, PROBE_PAIRS, QUICK_EPOCHS, QUICK_PAIRS
 from .data import DATASETS, data_label, load_dataset
 from .engine import DEFAULT_BATCH_SIZE, choose_engine
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--every", type=positive_int, default=1,
                         help="with --trajectory: record every this many epochs (must divide --epochs; default 1)")
     add_config_options(parser, "a JSON object of overrides, same keys as --set")
+    launcher.add_options(parser)
     return parser
 
 
@@ -225,6 +228,7 @@ def main(argv: list[str]) -> int:
         plan = plan_from_args(args)
         check_routes(plan)
         shard = check_modes(args, plan)
+        launcher.check(args)
     except ValueError as error:  # parse_pairs / parse_ints / parse_shard name their argument
         raise UsageError(str(error)) from None
     check_device(plan.device)
@@ -241,6 +245,14 @@ def main(argv: list[str]) -> int:
         return trajectory_main(args, plan)
     if args.etas is not None or args.every != 1:
         raise UsageError("--etas/--every: only with --trajectory")
+    if args.launcher is not None:  # the parts run as a job array; then the merge below
+        check_out(plan.out)
+        check_store(plan, spectral_route(plan))
+        try:
+            args.merge = launcher.launch(args, argv, plan.out, plan.store_path)
+        except launcher.PartFailed as error:
+            print(f"{PROG}: {error}", file=sys.stderr)
+            return 1
     other = None if args.compare_with is None else dataclasses.replace(plan, out=args.compare_with)
     if other is not None and not other.store_path.is_file():  # before any run, not after the sweep
         raise UsageError(f"--compare-with: no store {other.store_path}")

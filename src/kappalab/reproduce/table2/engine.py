@@ -16,16 +16,12 @@ subset's first 16 jobs at 2 epochs and 1.17 on 2 runs at 1 epoch, ``benchmarks/s
 docs/benchmarks.md). The command prints which engine ran and why.
 
 Identity (:func:`.run.identity_options`): the single engine adds nothing to a run's identity (it is the reference:
-its keys are those of earlier stores); the batched engine adds ``engine: batched`` to every run's. The two engines
-compute the same formulas but do not round alike everywhere: IMMA's theta_I differs by 3e-15 to 1.6e-12 relative
-(subset, D = 196 and 784, one epoch), which Eq. 15 from the spectra keeps at ~1e-12 but the D x D pinv kappa of the
-evaluation block (condition numbers ~1e13) amplifies to ~1e-6; Ours, R_ill Only and Opt kappa agree to the last bit
-at D = 49 and 196 but not at D = 784 (theta_I of Ours 4e-16 relative apart, measured at 784 x 784 with the autograd
-step, 3e-19 with the closed-form one). So a store never takes one engine's run for the other's: a sweep started with
-one engine and resumed with the other trains the second engine's runs anew (``tests/test_table2_engine.py`` checks
-that both engines' records agree on Eq. 15 to 1e-10). The batch size is not part of the identity: each run's slice
-is computed alone, whatever else shares its batch (a run alone and in a batch of 3 gives the same bits on the CPU,
-tested; ``scripts/gpu_check.sh`` measures it on CUDA).
+its keys are those of earlier stores; no engine field means single); the batched engine adds ``engine: batched`` to
+every run's, every method and device. The two engines compute the same formulas but do not round alike everywhere
+(measured: docs/engines.md), so a store never takes one engine's run for the other's: a sweep started with one
+engine and resumed with the other trains the second engine's runs anew. The batch size and a batch's other runs
+are not part of the identity: each run's slice is computed alone, whatever else shares its batch
+(``tests/test_table2_engine.py``, ``tests/test_batched.py``).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from dataclasses import replace
 
 import torch
 
-from ..immunization.spectra import torch_extremes
-from ..kappa import DEFAULT_SHIFT, kappa_shifted
+from ..immunization.spectra import torch_extremes, torch_kappa
+from ..kappa import DEFAULT_SHIFT
 from ..regularizers import ill_denominator, r_well_from_extremes
 from ..spectral import Extremes
 
@@ -48,4 +48,4 @@ def r_ill_official(S: torch.Tensor, k: int, shift: float = DEFAULT_SHIFT) -> tor
 
 def kappa_log_loss(S_P: torch.Tensor, S_H: torch.Tensor, shift: float = DEFAULT_SHIFT) -> torch.Tensor:
     """Their kappa loss ``1 / log kappa(S_H) + log kappa(S_P)`` (shifted kappa, autograd through ``eigvalsh``)."""
-    return 1.0 / torch.log(kappa_shifted(S_H, shift, check=False)) + torch.log(kappa_shifted(S_P, shift, check=False))
+    return 1.0 / torch.log(torch_kappa(S_H, "shifted", shift=shift)) + torch.log(torch_kappa(S_P, "shifted", shift=shift))

@@ -13,6 +13,7 @@ check that forcing the method leaves them alone.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -89,3 +90,63 @@ def test_linear_official_step_reads_nothing_back(method: str, monkeypatch: pytes
     with forced_method("tensor"):
         run = immunize(_task(0, 1, 0), cfg, 0)
     assert len(steps) == run.n_steps == 2 and np.isfinite(run.theta_I).all()
+
+
+# ---- the deep step (kappalab.deep): the regularizers (core R_well / R_ill, the official r1 / r2) and the kappas ------
+
+def _deep_run(method: str, protocol: str, guard: pytest.MonkeyPatch | None = None):
+    """Two epochs of two (D_P, D_H) batch pairs of a tiny SmallCNN (tests/test_deep_device.py's set-up), with every
+    host check off; ``guard``: make each training step raise on an eigen solver or a host read. ``reg_rtol = 1e-4``
+    (the rank rule of R_well, R_ill and Opt kappa's kappa on the 8 x 8 H~): the kept spectrum has kappa <= 1e4, so
+    LAPACK's own relative error on the smallest kept eigenvalue (``n eps kappa`` <= 2e-11) stays below the 1e-10 bound
+    (at the default 1e-10 these batches keep eigenvalues with kappa ~2e6, where LAPACK is only good to ~4e-9 and the
+    measured difference to the tensor path was 6.6e-10)."""
+    from test_deep_device import _loaders, _objective
+
+    from kappalab.deep import CombinedLoader, SmallCNN, TrainConfig
+    from kappalab.deep import immunize as deep_immunize
+    from kappalab.deep import train as deep_train
+
+    torch.manual_seed(0)
+    model = SmallCNN(3, width=2).split(dummy=protocol == "paper")
+    if model.dummy is not None:
+        model.dummy.check = False
+    obj = dataclasses.replace(_objective(False), protocol=protocol, reg_rtol=1e-4)
+    if guard is not None:
+        real_step = deep_train.train_step
+
+        def guarded_step(*args, **kwargs):
+            with guard.context() as m:
+                _forbid(m)
+                return real_step(*args, **kwargs)
+
+        guard.setattr(deep_train, "train_step", guarded_step)
+    history = deep_immunize(model, method, CombinedLoader(*_loaders(2, (1, 12, 12), (3, 2))), obj,
+                            TrainConfig(lr=1e-3, epochs=2), progress=False)
+    return model, history
+
+
+def _forbid(m: pytest.MonkeyPatch) -> None:
+    def forbidden(*args, **kwargs):
+        raise AssertionError("host read or torch eigen solver inside the training step")
+
+    for name in ("eigh", "eigvalsh", "eig", "eigvals"):
+        m.setattr(torch.linalg, name, forbidden)
+    for name in ("item", "cpu", "tolist", "numpy", "__bool__", "__float__", "__int__"):
+        m.setattr(torch.Tensor, name, forbidden)
+
+
+@pytest.mark.parametrize("protocol", ("paper", "official"))
+@pytest.mark.parametrize("method", METHODS)
+def test_deep_step_with_tensor_path_equals_lapack_and_reads_nothing_back(method: str, protocol: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    lapack_model, lapack_history = _deep_run(method, protocol)
+    with forced_method("tensor"):
+        model, history = _deep_run(method, protocol, guard=monkeypatch)
+    for (name, want), (_, got) in zip(lapack_model.state_dict().items(), model.state_dict().items()):
+        if want.is_floating_point():
+            assert _rel(got.numpy(), want.numpy()) <= RTOL, name
+    for want, got in zip(lapack_history, history):
+        assert got.keys() == want.keys()
+        for key in want:
+            assert _rel(got[key], want[key]) <= RTOL, key

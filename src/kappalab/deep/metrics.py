@@ -33,7 +33,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..kappa import DEFAULT_SHIFT, condition_number, kappa_shifted
+from ..extremes import batched_extremes
+from ..immunization.spectra import kappa_of_extremes, torch_extremes
+from ..kappa import DEFAULT_SHIFT, condition_number
 from .model import ImmunizableModel, hessian_tilde
 
 
@@ -78,7 +80,12 @@ def log_kappa_authors(F: torch.Tensor, shift: float = AUTHORS_SHIFT) -> torch.Te
     if F.ndim != 2:
         raise ValueError(f"F must be a 2-D (samples x features) matrix, got shape {tuple(F.shape)}")
     F = F.detach().to(torch.float64)
-    return torch.log(kappa_shifted(F.T @ F, shift))  # the official rule's one home: kappalab.kappa
+    # kappalab.kappa's shifted rule, its eigenvalues from kappalab.extremes.batched_eigh (LAPACK on the CPU: the same
+    # bits as kappa_shifted; the tensor path on CUDA)
+    e = torch_extremes(F.T @ F, "shifted", shift=shift)
+    if not int(e.rank) > 0:  # an evaluation, not a training step: the host read is fine here
+        raise ValueError(f"F^T F has no eigenvalue above the shift {shift:g} (F is zero to that tolerance)")
+    return torch.log(kappa_of_extremes(e))
 
 
 Estimator = Literal["pinv", "authors"]
@@ -188,7 +195,7 @@ def linear_probe_curve(F_train: torch.Tensor, y_train: torch.Tensor, F_test: tor
         raise ValueError(f"epochs must be a non-negative int, got {epochs!r}")
     N = F_train.shape[0]
     if step == "1/smax":
-        eta = 1.0 / float(torch.linalg.eigvalsh(hessian_tilde(F_train) / N)[-1])
+        eta = 1.0 / float(batched_extremes(hessian_tilde(F_train) / N, vectors=False).largest)
     elif isinstance(step, (int, float)) and step > 0:
         eta = float(step)
     else:

@@ -216,3 +216,17 @@ def test_tensor_path_reads_nothing_back(monkeypatch: pytest.MonkeyPatch) -> None
     e = batched_extremes(S, method="tensor")
     monkeypatch.undo()
     assert e.converged.all()
+
+
+def test_tensor_path_does_not_synchronize_cuda() -> None:
+    """On CUDA, torch's own detector (``set_sync_debug_mode("error")``) raises on any synchronizing call; the first
+    call of a size copies the round-robin indices to the device once (outside the checked call)."""
+    S = _backend("torch-cuda", _stack("gram-tall"))
+    batched_extremes(S, method="tensor")  # warm: the index arrays reach the device
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        e = batched_extremes(S, method="tensor")
+        e_auto = batched_extremes(S)  # "auto" on CUDA is the tensor path
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert e.converged.all() and torch.equal(e.largest, e_auto.largest)

@@ -47,5 +47,6 @@ def r_ill_official(S: torch.Tensor, k: int, shift: float = DEFAULT_SHIFT) -> tor
 
 
 def kappa_log_loss(S_P: torch.Tensor, S_H: torch.Tensor, shift: float = DEFAULT_SHIFT) -> torch.Tensor:
-    """Their kappa loss ``1 / log kappa(S_H) + log kappa(S_P)`` (shifted kappa, autograd through ``eigvalsh``)."""
-    return 1.0 / torch.log(torch_kappa(S_H, "shifted", shift=shift)) + torch.log(torch_kappa(S_P, "shifted", shift=shift))
+    """Their kappa loss ``1 / log kappa(S_H) + log kappa(S_P)`` (shifted kappa, autograd through the eigenvalues)."""
+    kappa = lambda S: torch_kappa(S, "shifted", shift=shift)  # noqa: E731  (eigenvalues: kappalab.extremes)
+    return 1.0 / torch.log(kappa(S_H)) + torch.log(kappa(S_P))

@@ -9,7 +9,8 @@ with respect to a task's features ``Phi = X theta + 1 b^T`` is ``A Phi`` with an
 (leading run dimension, :mod:`kappalab.immunization.batched`):
 
 1. the features of the tasks the method uses: one ``2N x D x D`` product ``[X_P; X_H] theta`` (plus the bias);
-2. per task: ``G = Phi Phi^T``, one ``eigh`` of the ``N x N`` G (:func:`kappalab.extremes.batched_eigh`) (values and the top eigenvector), the terms' values
+2. per task: ``G = Phi Phi^T``, one ``eigh`` of the ``N x N`` G (values and the top eigenvector, from
+   :func:`kappalab.extremes.batched_eigh`), the terms' values
    through the core's formulas (``r_well_from_extremes``, ``official_r2_of_extremes``, ``kappa_of_extremes``) and
    the sum of their coefficients, split into the preconditioned part (Alg. 1's dummy layer: R_well on P, R_ill on
    H) and the rest;

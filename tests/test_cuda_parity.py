@@ -33,6 +33,14 @@ def _vectors_free(e: kl.Extremes) -> dict[str, Any]:
             "top": outer(to(e.s_max), to(e.u_max), to(e.v_max)), "bottom": outer(to(e.s_min), to(e.u_min), to(e.v_min))}
 
 
+def _batched_extremes_free(e: kl.BatchedExtremes) -> dict[str, Any]:
+    """The sign-free content of a :class:`~kappalab.BatchedExtremes`: values, flag and the projectors ``v v^T``."""
+    to = lambda x: x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    proj = lambda v: to(v)[..., :, None] * to(v)[..., None, :]
+    return {"largest": to(e.largest), "smallest": to(e.smallest), "converged": to(e.converged).astype(float),
+            "top": proj(e.largest_vector), "bottom": proj(e.smallest_vector)}
+
+
 def _rir_fields(r: kl.RIRResult) -> dict[str, Any]:
     return {f: getattr(r, f) for f in ("term_i", "term_ii", "rir", "kappa_H_immunized", "kappa_H_reference",
                                        "kappa_P_immunized", "kappa_P_reference")}
@@ -61,6 +69,9 @@ CALLS: dict[str, tuple[Callable, tuple, dict, Callable[[Any], Any]]] = {
     "eq10_singular_values": (kl.eq10_singular_values, (_theta_sing, _K_sing), {"reading": "proof"}, None),
     "rir": (kl.rir, (_theta, _K, _K_H), {}, _rir_fields),
     "psd_extremes": (kl.psd_extremes, (_psd(5, [6.0, 3.0, 1.0], seed=9),), {}, _vectors_free),
+    "batched_extremes": (kl.batched_extremes, (np.stack([_psd(5, [6.0, 3.0, 1.0], seed=9),
+                                                          _psd(5, [4.0, 2.0, 1.5, 0.3], seed=3)]),), {},
+                         _batched_extremes_free),
     "svd_extremes": (kl.svd_extremes, (_matrix("tall-rank-deficient"),), {}, _vectors_free),
 }
 

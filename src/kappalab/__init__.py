@@ -9,6 +9,7 @@ default, differentiable where it says so). Notation and tolerances: :mod:`kappal
 from .bounds import step_bound_ill, step_bound_theta_ill, step_bound_theta_well, step_bound_well
 from .eq10 import eq10_singular_values
 from .errors import DegenerateSpectrumError, DegenerateSpectrumWarning, KappalabError, UndefinedRegularizerError
+from .extremes import BatchedExtremes, batched_extremes
 from .linear import grad_theta_r_ill, grad_theta_r_well, hessian, preconditioned_step
 from .kappa import condition_number
 from .regularizers import grad_r_ill, grad_r_well, r_ill, r_well
@@ -21,6 +22,6 @@ __all__ = [
     "condition_number", "r_well", "r_ill", "grad_r_well", "grad_r_ill",
     "hessian", "grad_theta_r_well", "grad_theta_r_ill", "preconditioned_step",
     "step_bound_well", "step_bound_ill", "step_bound_theta_well", "step_bound_theta_ill",
-    "eq10_singular_values", "rir", "RIRResult", "Extremes", "psd_extremes", "svd_extremes",
+    "eq10_singular_values", "batched_extremes", "BatchedExtremes", "rir", "RIRResult", "Extremes", "psd_extremes", "svd_extremes",
     "KappalabError", "DegenerateSpectrumError", "DegenerateSpectrumWarning", "UndefinedRegularizerError",
 ]

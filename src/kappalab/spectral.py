@@ -60,6 +60,7 @@ import numpy as np
 
 from ._backend import Array, eps, is_torch, namespace, scalar_like, to_scalars
 from .errors import DegenerateSpectrumError, DegenerateSpectrumWarning
+from .extremes import batched_eigh
 from .iterative import Ends, default_tol_vec, solve_ends
 from .kappa import AUTO_TRIDIAG_MIN_N, check_nonzero, check_psd, is_nonzero, numerical_rank, rank_threshold, resolve_rtol
 from .kappa import default_rtol  # noqa: F401  (the rank rule's default, importable here as before)
@@ -148,9 +149,11 @@ def svd_extremes(S: Array, *, rtol: float | None = None, check: bool = True, xp:
     return e
 
 
-def _eigh_dense(A: Array, xp: ModuleType) -> tuple[Array, Array]:
-    """All eigenpairs of the symmetric ``A``, ascending (NumPy's or torch's dense ``eigh``)."""
-    return xp.linalg.eigh(A)
+def _eigh_dense(A: Array, xp: ModuleType) -> tuple[Array, Array]:  # noqa: ARG001 (the registry's signature)
+    """All eigenpairs of the symmetric ``A``, ascending: :func:`kappalab.extremes.batched_eigh` (NumPy's or torch's
+    dense ``eigh`` on the CPU, bit for bit; the tensor-op Jacobi on CUDA, NaN where it did not converge)."""
+    lam, V, _ = batched_eigh(A)
+    return lam, V
 
 
 #: Registered solvers for symmetric PSD input: name -> function of ``(A, xp)`` returning ascending (eigenvalues,

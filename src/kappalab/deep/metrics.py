@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ..estimators import AUTHORS_SHIFT, log_kappa_authors  # noqa: F401 (re-exported: their home is kappalab.estimators)
 from ..estimators import Kappa, group_terms, kappa_ratio
+from ..extremes import batched_extremes
 from ..kappa import kappa_of_features
 from .model import ImmunizableModel, hessian_tilde
 
@@ -142,7 +143,7 @@ def linear_probe_curve(F_train: torch.Tensor, y_train: torch.Tensor, F_test: tor
         raise ValueError(f"epochs must be a non-negative int, got {epochs!r}")
     N = F_train.shape[0]
     if step == "1/smax":
-        eta = 1.0 / float(torch.linalg.eigvalsh(hessian_tilde(F_train) / N)[-1])
+        eta = 1.0 / float(batched_extremes(hessian_tilde(F_train) / N, vectors=False).largest)
     elif isinstance(step, (int, float)) and step > 0:
         eta = float(step)
     else:

@@ -23,8 +23,8 @@ from dataclasses import replace
 
 import torch
 
-from ..immunization.spectra import torch_extremes
-from ..kappa import DEFAULT_SHIFT, kappa_shifted
+from ..immunization.spectra import torch_extremes, torch_kappa
+from ..kappa import DEFAULT_SHIFT
 from ..regularizers import ill_denominator, r_well_from_extremes
 from ..spectral import Extremes
 
@@ -47,5 +47,6 @@ def r_ill_official(S: torch.Tensor, k: int, shift: float = DEFAULT_SHIFT) -> tor
 
 
 def kappa_log_loss(S_P: torch.Tensor, S_H: torch.Tensor, shift: float = DEFAULT_SHIFT) -> torch.Tensor:
-    """Their kappa loss ``1 / log kappa(S_H) + log kappa(S_P)`` (shifted kappa, autograd through ``eigvalsh``)."""
-    return 1.0 / torch.log(kappa_shifted(S_H, shift, check=False)) + torch.log(kappa_shifted(S_P, shift, check=False))
+    """Their kappa loss ``1 / log kappa(S_H) + log kappa(S_P)`` (shifted kappa, autograd through the eigenvalues)."""
+    kappa = lambda S: torch_kappa(S, "shifted", shift=shift)  # noqa: E731  (eigenvalues: kappalab.extremes)
+    return 1.0 / torch.log(kappa(S_H)) + torch.log(kappa(S_P))

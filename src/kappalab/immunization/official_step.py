@@ -9,7 +9,8 @@ with respect to a task's features ``Phi = X theta + 1 b^T`` is ``A Phi`` with an
 (leading run dimension, :mod:`kappalab.immunization.batched`):
 
 1. the features of the tasks the method uses: one ``2N x D x D`` product ``[X_P; X_H] theta`` (plus the bias);
-2. per task: ``G = Phi Phi^T``, one ``eigh`` of the ``N x N`` G (values and the top eigenvector), the terms' values
+2. per task: ``G = Phi Phi^T``, one ``eigh`` of the ``N x N`` G (values and the top eigenvector, from
+   :func:`kappalab.extremes.batched_eigh`), the terms' values
    through the core's formulas (``r_well_from_extremes``, ``official_r2_of_extremes``, ``kappa_of_extremes``) and
    the sum of their coefficients, split into the preconditioned part (Alg. 1's dummy layer: R_well on P, R_ill on
    H) and the rest;
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import torch
 
+from kappalab.extremes import batched_eigh
 from kappalab.regularizers import r_well_from_extremes
 
 from .config import MethodConfig
@@ -174,9 +176,10 @@ def _features(p: Params, X: torch.Tensor, tasks: list[str], n_P: int) -> dict[st
 
 def _spectrum(proto: Protocol, Phi: torch.Tensor, top: bool):
     """The gram route's shifted extremes of ``S = Phi^T Phi`` (k = D), ``G = Phi Phi^T`` and ``u u^T`` of its top
-    eigenvector, from one ``eigh`` of G (``top=False``: no eigenproblem, only the r2 fields; ``u u^T`` None)."""
+    eigenvector, from one ``eigh`` of G (:func:`kappalab.extremes.batched_eigh`: LAPACK on the CPU, the tensor
+    path on CUDA; ``top=False``: no eigenproblem, only the r2 fields; ``u u^T`` None)."""
     F = FeatureGram(Phi, copy_right_factor=False)
     if not top:
         return extremes_of_gram_spectrum(None, F, proto.shift, rank=F.dim), F.G, None
-    lam, V = torch.linalg.eigh(F.G)
+    lam, V, _ = batched_eigh(F.G)  # an unconverged matrix gives NaN values: a non-finite loss, never used silently
     return extremes_of_gram_spectrum(lam, F, proto.shift, rank=F.dim), F.G, top_projector(V)

@@ -20,15 +20,20 @@ and smallest kept eigenvalue of ``S + shift I`` as above):
   is not Eq. 12's. Both are built from :func:`kappalab.regularizers.r_well_from_extremes` and
   :func:`kappalab.regularizers.ill_denominator` (one specification of the formulas).
 
-Gradients flow through ``torch.linalg.eigvalsh`` (whose backward ``V diag(g) V^T`` has no eigen-gap division).
+Gradients flow through ``torch.linalg.eigvalsh`` (whose backward ``V diag(g) V^T`` has no eigen-gap division). Every
+eigenproblem here goes through :func:`kappalab.extremes.batched_eigh` (``method="auto"``: ``eigvalsh`` on the CPU,
+bit for bit what these functions computed before; the tensor-op Jacobi on CUDA, whose values carry the same
+gradient, and NaN for a matrix it did not converge on).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from kappalab.kappa import (DEFAULT_SHIFT, condition_number, eigenvalues, is_nonzero, kappa_of_spectrum,
-                            kappa_shifted, kept_shifted, rank_threshold, resolve_rtol, shifted_eigenvalues)
+from kappalab._backend import eye_like
+from kappalab.extremes import batched_eigh
+from kappalab.kappa import (DEFAULT_SHIFT, condition_number, is_nonzero, kappa_shifted, kept_shifted,
+                            rank_threshold, resolve_rtol)
 from kappalab.regularizers import ill_denominator, r_well_from_extremes
 from kappalab.spectral import Extremes
 
@@ -66,11 +71,11 @@ def torch_extremes(S, definition: KappaDefinition, *, rtol: float | None = None,
 
     D = S.shape[-1]
     if definition == "shifted":
-        lam = shifted_eigenvalues(S, shift)
+        lam = _eigenvalues(S + shift * eye_like(S, D))  # kappalab.kappa.shifted_eigenvalues' matrix
         threshold = torch.full((), shift, dtype=S.dtype, device=S.device)
         keep = kept_shifted(lam.detach(), shift)
     elif definition == "pinv":
-        lam = eigenvalues(S)
+        lam = _eigenvalues(S)
         threshold = rank_threshold(lam[..., -1].detach(), resolve_rtol(rtol, S, dim=D))
         keep = is_nonzero(lam.detach(), threshold.unsqueeze(-1))
     else:
@@ -90,16 +95,16 @@ def torch_kappa(S, definition: KappaDefinition, *, rtol: float | None = None, sh
     if isinstance(S, FeatureGram):
         if definition != "shifted":
             raise ValueError(f"the gram route implements the 'shifted' kappa only, got {definition!r}")
-        import torch
+        return gram_shifted_kappa(_eigenvalues(S.G)[..., -1], shift)
+    # one run or a stack (the batched engine): kappa_of_spectrum's / kappa_shifted's ratio, the same eigenvalues and
+    # kept set (the largest over the smallest kept value)
+    return kappa_of_extremes(torch_extremes(S, definition, rtol=rtol, shift=shift))
 
-        return gram_shifted_kappa(torch.linalg.eigvalsh(S.G)[..., -1], shift)
-    if S.ndim > 2:  # a stack of runs (the batched engine): one kappa per run, the same eigenvalues and kept set
-        return kappa_of_extremes(torch_extremes(S, definition, rtol=rtol, shift=shift))
-    if definition == "pinv":
-        return kappa_of_spectrum(eigenvalues(S), rtol, check=False)
-    if definition == "shifted":
-        return kappa_shifted(S, shift, check=False)
-    raise ValueError(f"definition must be 'pinv' or 'shifted', got {definition!r}")
+
+def _eigenvalues(S):
+    """The ascending eigenvalues of a symmetric torch ``S`` (or stack), differentiable:
+    :func:`kappalab.extremes.batched_eigh` without vectors."""
+    return batched_eigh(S, vectors=False)[0]
 
 
 def kappa_of_extremes(e: Extremes):
@@ -182,9 +187,7 @@ def gram_extremes_shifted(F: FeatureGram, shift: float = DEFAULT_SHIFT, rank: in
     * ``rank``: the dense rule's kept count depends on rounding; the route reports ``rank`` if given (r2: D),
       else D. ``s_km1`` (only used by degeneracy checks, which the official protocol does not make) = shift.
     """
-    import torch
-
-    return extremes_of_gram_spectrum(torch.linalg.eigvalsh(F.G), F, shift, rank)
+    return extremes_of_gram_spectrum(_eigenvalues(F.G), F, shift, rank)
 
 
 def extremes_of_gram_spectrum(lam, F: FeatureGram, shift: float = DEFAULT_SHIFT, rank: int | None = None

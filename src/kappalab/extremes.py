@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import math
 from functools import lru_cache
+from types import ModuleType
 from typing import Iterator, Literal, NamedTuple
 
 import numpy as np
@@ -114,13 +115,13 @@ def resolve_method(S: Array, method: Method) -> str:
 
 
 def batched_eigh(S: Array, *, method: Method = "auto", vectors: bool = True,
-                 sweeps: int | None = None) -> tuple[Array, Array | None, Array]:
+                 sweeps: int | None = None, xp: ModuleType | None = None) -> tuple[Array, Array | None, Array]:
     """``(values, V, converged)``: each matrix's eigenvalues ascending, its eigenvectors as the columns of ``V``
     (None when ``vectors`` is false; LAPACK then runs ``eigvalsh``) and the boolean flag (module docstring).
-    ``sweeps`` overrides :func:`sweep_count` (tensor path)."""
+    ``sweeps`` overrides :func:`sweep_count` (tensor path); ``xp``: S's namespace when the caller has it."""
     S = _check_stack(S)
     if resolve_method(S, method) == "lapack":
-        xp = namespace(S)
+        xp = namespace(S) if xp is None else xp
         if vectors:
             lam, V = xp.linalg.eigh(S)
         else:
@@ -261,7 +262,9 @@ def _detach(x: Array) -> Array:
 
 def _full_like_bool(S: Array, value: bool) -> Array:
     if is_torch(S):
-        return namespace(S).full(S.shape[:-2], value, dtype=namespace(S).bool, device=S.device)
+        import torch
+
+        return torch.full(S.shape[:-2], value, dtype=torch.bool, device=S.device)
     return np.full(S.shape[:-2], value)
 
 

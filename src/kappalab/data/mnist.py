@@ -179,14 +179,24 @@ def _find(directory: Path, base: str) -> Path:
     )
 
 
-def _load_idx(directory: Path, split: str, verify_checksum: bool) -> MnistData:
-    """Read, verify (md5 against :data:`OFFICIAL_MD5`) and cross-check one IDX split from ``directory``."""
+def load_idx_split(directory: Path, split: str, md5: dict[str, str] | None, what: str, hint: str
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Images (N, 28, 28) and labels (N,) of one IDX split in ``directory`` (the one IDX reader of MNIST and
+    Fashion-MNIST), each file's decompressed bytes checked against ``md5[base]`` when ``md5`` is given.
+
+    Args:
+        directory: folder with the split's two files (plain or ``.gz``; names :data:`IDX_NAMES`).
+        split: ``"train"`` or ``"test"``.
+        md5: expected md5 of each uncompressed file by base name; None: not checked.
+        what: the dataset's name in messages (e.g. ``"official"``, ``"Fashion-MNIST"``).
+        hint: what to do about a checksum mismatch.
+    """
     arrays = []
     for base in IDX_NAMES[split]:
         path = _find(directory, base)
         raw = _read_bytes(path)
-        if verify_checksum:
-            verify_digest(raw, OFFICIAL_MD5[base], f"{path} (official {base})", _MISMATCH_HINT, "md5")
+        if md5 is not None:
+            verify_digest(raw, md5[base], f"{path} ({what} {base})", hint, "md5")
         arrays.append(parse_idx(raw, str(path)))
     images, labels = arrays
     if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE:
@@ -194,10 +204,17 @@ def _load_idx(directory: Path, split: str, verify_checksum: bool) -> MnistData:
     if labels.shape != (images.shape[0],):
         raise ValueError(f"{directory}: expected {images.shape[0]} labels, got shape {labels.shape}")
     if labels.size and labels.max() > 9:
-        raise ValueError(f"{directory}: labels must be digits 0..9, found {int(labels.max())}")
+        raise ValueError(f"{directory}: labels must be classes 0..9, found {int(labels.max())}")
+    return images, labels.astype(np.int64)
+
+
+def _load_idx(directory: Path, split: str, verify_checksum: bool) -> MnistData:
+    """Read, verify (md5 against :data:`OFFICIAL_MD5`) and cross-check one IDX split from ``directory``."""
+    images, labels = load_idx_split(directory, split, OFFICIAL_MD5 if verify_checksum else None, "official",
+                                     _MISMATCH_HINT)
     if verify_checksum:
-        return MnistData(images, labels.astype(np.int64), FULL_LABEL[split], "mnist", split, True)
-    return MnistData(images, labels.astype(np.int64), UNVERIFIED_LABEL.format(split=split), "idx", split, False)
+        return MnistData(images, labels, FULL_LABEL[split], "mnist", split, True)
+    return MnistData(images, labels, UNVERIFIED_LABEL.format(split=split), "idx", split, False)
 
 
 def csv_to_arrays(raw: bytes, what: str) -> tuple[np.ndarray, np.ndarray]:

@@ -59,6 +59,8 @@ class ObjectiveConfig:
         on_degenerate: the core's policy at a tie of an extreme eigenvalue.
         protocol: "paper" (the paper's objectives) or "official" (the authors' code, see the module docstring).
         shift: the shifted kappa's shift (official protocol).
+        official_k: the official protocol's ``k`` (the image width) where the model's input is not the image
+            (cached trunk activations); None: the input batch's last dimension, as in the authors' code.
         host_checks: the spectral core validates ``H~`` and checks that R_ill is defined (host reads every
             step). ``False`` (with ``on_degenerate="ignore"``, since a tie check is a host read, and a model built
             with ``check=False`` for the dummy layer's Cholesky check) makes a step read nothing back: for a CUDA
@@ -78,6 +80,7 @@ class ObjectiveConfig:
     host_checks: bool = True
     protocol: str = "paper"
     shift: float = DEFAULT_SHIFT
+    official_k: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -119,7 +122,9 @@ def objective_terms(model: ImmunizableModel, method: str, batch_P: Any, batch_H:
                                        label_smoothing=cfg.label_smoothing)}
     reg = dict(psd=True, rtol=cfg.reg_rtol, on_degenerate=cfg.on_degenerate, check=cfg.host_checks)
     if official and method in ("ours", "rill_only", "opt_kappa"):
-        k = int(x_P.shape[-1])  # their K = X1.size(-1): the D_P input batch's last dimension
+        # their K = X1.size(-1): the D_P image batch's last dimension (official_k when the batch holds cached
+        # trunk activations instead of images)
+        k = cfg.official_k or int(x_P.shape[-1])
         S_H, S_P = hessian_tilde(model.features(x_H)), hessian_tilde(model.head_features(z_P))
         if method == "opt_kappa":
             terms["kappa_log"] = kappa_log_loss(S_P, S_H, cfg.shift)

@@ -142,12 +142,7 @@ def linear_probe_curve(F_train: torch.Tensor, y_train: torch.Tensor, F_test: tor
     if not (isinstance(epochs, int) and epochs >= 0):
         raise ValueError(f"epochs must be a non-negative int, got {epochs!r}")
     N = F_train.shape[0]
-    if step == "1/smax":
-        eta = 1.0 / float(batched_extremes(hessian_tilde(F_train) / N, vectors=False).largest)
-    elif isinstance(step, (int, float)) and step > 0:
-        eta = float(step)
-    else:
-        raise ValueError(f"step must be '1/smax' or a positive float, got {step!r}")
+    eta = probe_step(F_train, step)
     W = torch.zeros(F_train.shape[1], num_classes, dtype=F_train.dtype, device=F_train.device)
     Y = torch.nn.functional.one_hot(y_train, num_classes).to(F_train.dtype)
 
@@ -160,3 +155,31 @@ def linear_probe_curve(F_train: torch.Tensor, y_train: torch.Tensor, F_test: tor
         W = W - eta * grad
         curve.append(test_acc())
     return curve
+
+
+def probe_step(F: torch.Tensor, step: str | float) -> float:
+    """The probe's step: ``1 / s_max(H~ / N)`` for ``step="1/smax"`` (Eq. 2's constant step), or a positive float."""
+    if step == "1/smax":
+        return 1.0 / float(batched_extremes(hessian_tilde(F) / F.shape[0], vectors=False).largest)
+    if isinstance(step, (int, float)) and step > 0:
+        return float(step)
+    raise ValueError(f"step must be '1/smax' or a positive float, got {step!r}")
+
+
+def probe_iterations_to_loss(F: torch.Tensor, y: torch.Tensor, *, num_classes: int, target: float, max_iter: int,
+                             step: str | float = "1/smax") -> int | None:
+    """Figure 3's cost to the attacker as one number: full-batch gradient-descent iterations of a zero-initialised
+    linear probe ``softmax(F w)`` (the loop of :func:`linear_probe_curve`) until its training cross-entropy is at
+    most ``target``; None when ``max_iter`` iterations do not reach it."""
+    if not (isinstance(max_iter, int) and max_iter >= 1) or not target > 0:
+        raise ValueError(f"max_iter must be a positive int and target > 0, got {max_iter!r}, {target!r}")
+    eta, N = probe_step(F, step), F.shape[0]
+    W = torch.zeros(F.shape[1], num_classes, dtype=F.dtype, device=F.device)
+    Y = torch.nn.functional.one_hot(y, num_classes).to(F.dtype)
+    for t in range(max_iter + 1):
+        logits = F @ W
+        if float(torch.nn.functional.cross_entropy(logits, y)) <= target:
+            return t
+        W = W - eta * F.T @ (torch.softmax(logits, 1) - Y) / N
+    return None
+

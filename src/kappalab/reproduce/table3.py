@@ -57,7 +57,7 @@ def objective_config(cfg: dict[str, Any], harmful_classes: int) -> ObjectiveConf
                            imma_inner_steps=cfg["imma_inner_steps"], imma_inner_lr=cfg["imma_inner_lr"],
                            harmful_classes=harmful_classes, label_smoothing=cfg["label_smoothing"],
                            reg_rtol=cfg["reg_rtol"], on_degenerate=cfg["on_degenerate"],
-                           protocol=cfg.get("protocol") or "paper")
+                           protocol=cfg.get("protocol") or "paper", official_k=cfg.get("image_size"))
 
 
 def train_config(cfg: dict[str, Any], method: str | None = None) -> TrainConfig:
@@ -483,6 +483,10 @@ def run(call) -> int:
     if unknown:
         raise UsageError(f"config {cfg['config_file']}: unknown methods {unknown}; choose from {METHODS}")
     torch.set_default_dtype(torch.float64)
+    if cfg["arch"] == "efficientnet_lite0":
+        from .table3_real_report import run_and_report
+
+        return run_and_report(call)
     data = _data_identity(cfg, args)
     # checkpoints (theta_0 and the immunization's epochs) live under the hash of the config and the data
     tag = identity(resolved(cfg), data, {"device": args.device, "dtype": "float64"})["hash"]

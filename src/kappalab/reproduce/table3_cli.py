@@ -18,6 +18,10 @@ Modes:
 * ``--arch resnet18|vit --harmful cars|country211 --imagenet DIR --harmful-dir DIR --weights FILE`` (the paper's
   configuration; needs ``kappalab[deep]``, the data, the weights and a GPU; under ``torchrun`` the training is
   data-parallel). Config ``table3_<arch>_<harmful>.json``; outputs under ``results/table3/<arch>_<harmful>``.
+* ``--arch efficientnet_lite0 --harmful mnist|fashion-mnist`` (runs here, on the CPU, with ``scripts/setup_deep.sh``):
+  Table 3 on a real pretrained network, ImageNet EfficientNet-Lite0 with a frozen cached trunk, D_P the other of
+  Fashion-MNIST / MNIST (:mod:`kappalab.reproduce.table3_real`); weights and data are fetched and verified by
+  kappalab. Config ``table3_efficientnet_lite0_<harmful>.json``; ``table_<name>_<protocol>.md`` under ``--out``.
 
 ``--protocol paper|official`` (default ``paper``): ``paper`` follows the paper's text (Eq. 11 with Eq. 18's ``H~``,
 the dummy layer's ``K^-1`` preconditioning, pseudo-inverse kappa); ``official`` follows the authors' public code as
@@ -59,8 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search", action="store_true",
                    help="with --proxy: Appendix C.2's lambda/epoch search on a validation split (config 'search')")
     p.add_argument("--aggregate-only", action="store_true", help="rebuild table and figure from the records")
-    p.add_argument("--arch", choices=["resnet18", "vit"])
-    p.add_argument("--harmful", choices=["cars", "country211"])
+    p.add_argument("--arch", choices=["resnet18", "vit", "efficientnet_lite0"])
+    p.add_argument("--harmful", choices=["cars", "country211", "mnist", "fashion-mnist"],
+                   help="D_H: cars or country211 (resnet18, vit); mnist or fashion-mnist (efficientnet_lite0, whose "
+                        "D_P is then the other one)")
     p.add_argument("--smoke", action="store_true",
                    help="with --arch: the paper's code path on CPU, random weights, MNIST digits as 224x224 images "
                         "(config table3_<arch>_smoke.json; no --harmful, data or weights needed)")
@@ -109,6 +115,14 @@ def prepare(argv: list[str]) -> Call:
         raise UsageError("--smoke: needs --arch")
     if args.arch and not args.smoke and not args.harmful:
         raise UsageError("--arch: needs --harmful (or --smoke)")
+    real = args.arch == "efficientnet_lite0"
+    if args.harmful and real != (args.harmful in ("mnist", "fashion-mnist")):
+        raise UsageError(f"--harmful {args.harmful}: --arch efficientnet_lite0 takes --harmful mnist or "
+                         "fashion-mnist; resnet18 and vit take cars or country211")
+    if real and (args.smoke or args.imagenet or args.harmful_dir or args.weights or args.calibrate):
+        raise UsageError("--arch efficientnet_lite0: its weights and data are fetched and verified by kappalab "
+                         "(no --smoke, --imagenet, --harmful-dir, --weights or --calibrate; the lambdas are "
+                         "calibrated in every seed's init record)")
     if args.search and not args.proxy:
         raise UsageError("--search: needs --proxy")
     if args.search and args.protocol != "paper":
@@ -132,7 +146,9 @@ def prepare(argv: list[str]) -> Call:
         cfg = load_table3_config(args.config or f"{args.arch}_{args.harmful}", overrides=overrides,
                                  protocol=protocol)
         default_out = RESULTS / "table3" / cfg["name"]
-        title = f"{cfg['timm_name']}, ImageNet-1k vs {args.harmful}"
+        title = (f"{cfg['timm_name']} (ImageNet weights, trunk cut {cfg['trunk_cut']}), D_P {cfg['pretrain_data']} "
+                 f"vs D_H {cfg['harmful']} at {cfg['image_size']} px" if real
+                 else f"{cfg['timm_name']}, ImageNet-1k vs {args.harmful}")
     title += f"\nprotocol: {protocol} (" + ("the paper's text" if protocol == "paper" else
                                          "the authors' public code as read") + ")"
     out = check_out(Path(args.out) if args.out else default_out)

@@ -80,6 +80,15 @@ class Table3Config:
     # the smoke configuration of the deep-net path (``--smoke``)
     random_weights: bool = False  #: timm's random init (pretrained=False, no hub) instead of ``--weights``
     smoke_per_class: dict[str, int] | None = None  #: images per digit class in the made train/ and test/ folders
+    # the real network (--arch efficientnet_lite0: kappalab.reproduce.table3_real)
+    pretrain_data: str | None = None  #: D_P's dataset ("fashion-mnist" or "mnist"); ``harmful`` is D_H's
+    trunk_cut: str | None = None  #: "blocks.k": the trunk (cached) ends before blocks[k]
+    image_size: int | None = None  #: the 28 x 28 images are resized to image_size x image_size
+    per_class: dict[str, int] | None = None  #: images per class in each part (train, heldout, test)
+    split_seed_real: int | None = None  #: the draw of the parts (one for every seed, method and protocol)
+    head_l2: float | None = None  #: L2 weight of the linear heads / probes fitted by L-BFGS
+    probe_target_loss: float | None = None  #: Figure 3's measure: D_H probe iterations to this training loss
+    probe_max_iter: int | None = None  #: ... at most this many iterations
     # the protocol (kappalab.deep.official): "paper" (the paper's text) or "official" (the authors' code)
     protocol: str = "paper"
     transforms: str = "timm_eval"  #: image folders: "timm_eval" (every split) or "authors" (see imagefolder)
@@ -94,9 +103,12 @@ OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES if n != "protocol
                                "search": {k: None for k in SEARCH_KEYS}}
 #: kappalab.immunization.PROTOCOLS, repeated so that loading a config needs no torch (a test checks they agree)
 PROTOCOLS = ("paper", "official")
-#: fields added with the protocols: a run's identity holds them only where they differ from these values, so the
-#: paper protocol's run keys are those of the records written before the protocols existed
-IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_eval"}
+#: fields added with the protocols and the real-network rows: a run's identity holds them only where they differ from
+#: these values, so the run keys of the configs that do not use them are those of the records written before
+IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_eval", "pretrain_data": None,
+                                     "trunk_cut": None, "image_size": None, "per_class": None,
+                                     "split_seed_real": None, "head_l2": None, "probe_target_loss": None,
+                                     "probe_max_iter": None}
 _BLOCK = set(FIELD_NAMES) - {"protocol"}
 
 

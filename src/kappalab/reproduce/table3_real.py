@@ -1,0 +1,224 @@
+"""Table 3 on a real pretrained network: ImageNet EfficientNet-Lite0, Fashion-MNIST vs MNIST, on the CPU.
+
+``kappalab reproduce table3 --arch efficientnet_lite0 --harmful mnist|fashion-mnist --protocol paper|official``
+(configs ``table3_efficientnet_lite0_<harmful>.json``; D_P is the other dataset):
+
+* theta_0 = the pretrained network (:mod:`kappalab.deep.efficientnet`) with a D_P head: a 10-class linear head
+  fitted at theta_0 on the D_P training part (:func:`fit_head`, L-BFGS, the same for every seed). The trunk up to
+  ``trunk_cut`` is frozen and its activations are cached (:mod:`kappalab.deep.trunk`); the tail (the last stage,
+  ``conv_head``, ``bn2`` -> 1280 pooled features, plus the dummy layer under the paper protocol) is trained by each
+  method with :func:`kappalab.deep.immunize` and the objectives of :mod:`kappalab.deep.methods`.
+* The lambdas follow Appendix C.2's gradient-norm rule at theta_0 (``lambda_rule: "balanced"``): each seed's
+  ``init`` record holds the gradient norms and the balanced scales, and the methods of that seed use them.
+* Every method record holds the three RIR estimators (:func:`kappalab.estimators.estimate_all` on the held-out
+  features of theta_0 and theta_I), the singular values of the four held-out feature matrices, and utility measured
+  without kappa (:func:`utility`); the held-out features themselves are kept under the work folder
+  (``features.npz``), from which :mod:`kappalab.reproduce.table3_real_store` builds the committed store.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..deep import CombinedLoader, ImmunizableModel, accuracy, extract_features, immunize, linear_probe_curve
+from ..deep.metrics import probe_iterations_to_loss
+from ..deep.task import Task
+from ..provenance import provenance
+from ..results import RunStore
+from .identity import identity
+from .table3 import _calibration, objective_config, train_config
+from .table3_config import resolved
+from .table3_real_data import Parts, draw_parts
+
+ARCH = "efficientnet_lite0"
+CLASSES = 10
+
+
+@dataclass(frozen=True, eq=False)
+class RealData:
+    """Trunk activations (float64) and labels of each (task ``"P"``/``"H"``, part), with their provenance."""
+
+    parts: dict[str, Parts]
+    X: dict[tuple[str, str], torch.Tensor]
+    y: dict[tuple[str, str], torch.Tensor]
+    trunk: dict[str, dict[str, Any]]
+    weights_sha256: str
+
+    def identity(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        """The data entry of a run identity: both datasets' parts, the weights' and trunk cache's keys."""
+        return {"name": f"D_P {cfg['pretrain_data']} / D_H {cfg['harmful']}", "weights_sha256": self.weights_sha256,
+                "P": self.parts["P"].identity(), "H": self.parts["H"].identity(),
+                "trunk_keys": {t: m["key"] for t, m in self.trunk.items()}}
+
+
+def load_real_data(cfg: dict[str, Any]) -> tuple[nn.Module, RealData]:
+    """The pretrained network (float64, eval mode) and the cached trunk activations of both tasks' parts."""
+    from ..deep.efficientnet import WEIGHTS_SHA256, load_efficientnet_lite0
+    from ..deep.trunk import cached_trunk
+
+    net = load_efficientnet_lite0(dtype=torch.float32)
+    parts, X, y, trunk = {}, {}, {}, {}
+    for tag, name in (("P", cfg["pretrain_data"]), ("H", cfg["harmful"])):
+        parts[tag] = draw_parts(name, cfg["per_class"], cfg["split_seed_real"])
+        acts, trunk[tag] = cached_trunk(net, WEIGHTS_SHA256, parts[tag].all_images(), cfg["trunk_cut"],
+                                        cfg["image_size"])
+        for part, rows in parts[tag].offsets().items():
+            X[tag, part] = torch.from_numpy(acts[rows]).to(torch.float64)
+            y[tag, part] = torch.from_numpy(parts[tag].labels[part])
+    return net.to(torch.float64).eval(), RealData(parts, X, y, trunk, WEIGHTS_SHA256)
+
+
+def fit_head(F: torch.Tensor, y: torch.Tensor, l2: float, max_iter: int = 300) -> nn.Linear:
+    """A 10-class linear head ``softmax(F W^T + b)`` fitted by L-BFGS (strong Wolfe) to label-free cross-entropy
+    plus ``l2 ||W||_F^2``, from zero: the D_P head at theta_0 and the linear probes."""
+    head = nn.Linear(F.shape[1], CLASSES, dtype=F.dtype)
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    opt = torch.optim.LBFGS(head.parameters(), lr=1.0, max_iter=max_iter, history_size=20,
+                            line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12)
+    F = F.detach()
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(head(F), y) + l2 * (head.weight ** 2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return head.requires_grad_(False)
+
+
+def build_task(net: nn.Module, data: RealData, cfg: dict[str, Any]) -> Task:
+    """The :class:`~kappalab.deep.task.Task` of one direction and protocol (theta_0 as in the module docstring)."""
+    from ..deep.trunk import split_tail
+
+    def fresh() -> ImmunizableModel:
+        copy_ = copy.deepcopy(net)
+        trainable, neck = split_tail(copy_, cfg["trunk_cut"])
+        return ImmunizableModel(nn.Identity(), trainable, neck, nn.Linear(1, 1, dtype=torch.float64),
+                                copy_.num_features, dummy=cfg["protocol"] == "paper", ridge=cfg["dummy_ridge"],
+                                side=cfg["dummy_side"])
+
+    base = fresh()
+    head = fit_head(extract_features(base, data.X["P", "train"]), data.y["P", "train"], cfg["head_l2"])
+
+    def theta0(seed: int) -> ImmunizableModel:
+        model = fresh()
+        model.classifier = copy.deepcopy(head).requires_grad_(True)
+        return model
+
+    def loaders(seed: int):
+        from torch.utils.data import DataLoader, TensorDataset
+
+        return tuple(DataLoader(TensorDataset(data.X[t, "train"], data.y[t, "train"]), batch_size=cfg["batch_size"],
+                                shuffle=True, generator=torch.Generator().manual_seed(offset + seed))
+                     for t, offset in (("P", 1000), ("H", 2000)))
+
+    return Task(name=cfg["name"], theta0=theta0, loaders=loaders, rir_P=data.X["P", "heldout"],
+                rir_H=data.X["H", "heldout"], test_P=(data.X["P", "test"], data.y["P", "test"]),
+                probe=((data.X["H", "train"], data.y["H", "train"]), (data.X["H", "test"], data.y["H", "test"])),
+                harmful_classes=CLASSES, device="cpu",
+                data_label=f"{cfg['pretrain_data']} (D_P) vs {cfg['harmful']} (D_H), EfficientNet-Lite0 trunk "
+                           f"activations at {cfg['image_size']} px, cut {cfg['trunk_cut']}")
+
+
+def utility(model: ImmunizableModel, data: RealData, imagenet_head: nn.Module, cfg: dict[str, Any]
+            ) -> dict[str, Any]:
+    """Utility measured without kappa: the model's own D_P head accuracy, a fresh D_P linear probe's accuracy, the
+    D_H probe's iterations to ``probe_target_loss`` and its test-accuracy curve (Figure 3), and the ImageNet head's
+    top-1 classes on the D_P test images (compared with theta_0's by the caller)."""
+    F = {k: extract_features(model, data.X[k]) for k in (("P", "train"), ("P", "test"), ("H", "train"),
+                                                           ("H", "test"))}
+    probe = fit_head(F["P", "train"], data.y["P", "train"], cfg["head_l2"])
+    return {
+        "dp_test_acc": accuracy(model, (data.X["P", "test"], data.y["P", "test"])),
+        "dp_probe_acc": float((probe(F["P", "test"]).argmax(1) == data.y["P", "test"]).double().mean()),
+        "dh_probe_iterations": probe_iterations_to_loss(F["H", "train"], data.y["H", "train"], num_classes=CLASSES,
+                                                        target=cfg["probe_target_loss"],
+                                                        max_iter=cfg["probe_max_iter"]),
+        "probe_curve": linear_probe_curve(F["H", "train"], data.y["H", "train"], F["H", "test"], data.y["H", "test"],
+                                          epochs=cfg["probe_epochs"], num_classes=CLASSES, step=cfg["probe_step"]),
+        "imagenet_top1": imagenet_head(F["P", "test"]).argmax(1).tolist(),
+    }
+
+
+def heldout_features(model: ImmunizableModel, data: RealData) -> dict[str, np.ndarray]:
+    """Features of the held-out parts (float64): ``{"P": ..., "H": ...}``."""
+    return {t: extract_features(model, data.X[t, "heldout"]).numpy() for t in ("P", "H")}
+
+
+def singular_values(F: np.ndarray) -> list[float]:
+    """Singular values of a feature matrix, descending (the exact estimator's input, stored per run)."""
+    return np.linalg.svd(F, compute_uv=False).tolist()
+
+
+def run_real(cfg: dict[str, Any], store: RunStore, work: Path, seeds: list[int], methods: list[str]) -> list[str]:
+    """Run every missing ``init`` and method record of ``cfg``'s direction and protocol; returns their keys."""
+    from ..estimators import estimate_all
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    net, data = load_real_data(cfg)
+    load_cpu, load_wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    task = build_task(net, data, cfg)
+    imagenet_head = copy.deepcopy(net.classifier).requires_grad_(False)
+    data_id = data.identity(cfg)
+    keys, done = [], store.done_keys()
+    base_util: dict[str, Any] = {}  # theta_0 is the same for every seed: its utility and features once per call
+    base_features: dict[str, np.ndarray] = {}
+    for seed in seeds:
+        ident = {m: identity(resolved(cfg), data_id, {"seed": seed, "method": m, "device": "cpu", "dtype": "float64"})
+                 for m in ["init", *methods]}
+        key = {m: f"{cfg['name']}/{cfg['protocol']}/seed{seed}/{m}.{ident[m]['hash']}" for m in ident}
+        keys += key.values()
+        init = next((r for r in store.records() if r["key"] == key["init"]), None)
+        for method in ["init", *methods]:
+            if key[method] in done:
+                continue
+            cpu, wall = time.process_time(), time.perf_counter()
+            base = task.theta0(seed)
+            record: dict[str, Any] = {"key": key[method], "task": cfg["name"], "protocol": cfg["protocol"],
+                                      "seed": seed, "method": method, "identity": ident[method],
+                                      "trunk": data.trunk, "trunk_load": {"cpu_s": load_cpu, "wall_s": load_wall}}
+            if not base_util:
+                base_util.update(utility(base, data, imagenet_head, cfg), imagenet_agreement=1.0)
+                base_features.update(heldout_features(base, data))
+            if method == "init":
+                record["calibration"] = _calibration(task, base, cfg, seed)
+                record["utility"] = dict(base_util)
+            else:
+                lambdas = {k: v for k, v in init["calibration"]["balanced"].items()}
+                run_cfg = {**cfg, **lambdas}
+                model = copy.deepcopy(base)
+                torch.manual_seed(seed)
+                record["lambdas"] = lambdas
+                record["history"] = immunize(model, method, CombinedLoader(*task.loaders(seed),
+                                                                          epoch_on=cfg["epoch_on"]),
+                                             objective_config(run_cfg, CLASSES), train_config(run_cfg, method),
+                                             progress=False)
+                record["utility"] = utility(model, data, imagenet_head, cfg)
+                record["utility"]["imagenet_agreement"] = float(np.mean(
+                    np.asarray(record["utility"]["imagenet_top1"]) == np.asarray(base_util["imagenet_top1"])))
+                F0, FI = base_features, heldout_features(model, data)
+                record["estimates"] = {k: e.as_dict() for k, e in estimate_all(F0["P"], F0["H"], FI["P"], FI["H"],
+                                                                               seed=seed).items()}
+                record["singular_values"] = {f"{t}_{w}": singular_values(F[t]) for w, F in (("0", F0), ("I", FI))
+                                             for t in ("P", "H")}
+                folder = work / key[method].replace("/", "_")
+                folder.mkdir(parents=True, exist_ok=True)
+                np.savez(folder / "features.npz", P_0=F0["P"], H_0=F0["H"], P_I=FI["P"], H_I=FI["H"])
+            del record["utility"]["imagenet_top1"]
+            record["cpu_s"], record["wall_s"] = time.process_time() - cpu, time.perf_counter() - wall
+            record["provenance"] = provenance(seed, cfg, device="cpu", dtype="float64", data_label=task.data_label)
+            store.append(record)
+            if method == "init":
+                init = record
+            print(f"{key[method]}: {record['cpu_s']:.0f} CPU-s", flush=True)
+    return keys

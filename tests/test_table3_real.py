@@ -82,8 +82,8 @@ def test_preprocess_by_hand() -> None:
     x = preprocess(images, 56, (0.5, 0.4, 0.3), (0.5, 0.2, 0.1))
     assert x.shape == (2, 3, 56, 56) and x.dtype == torch.float32
     for c, (m, s) in enumerate(zip((0.5, 0.4, 0.3), (0.5, 0.2, 0.1))):
-        assert torch.allclose(x[0, c], torch.full((56, 56), (0 - m) / s), atol=1e-6)
-        assert torch.allclose(x[1, c], torch.full((56, 56), (1 - m) / s), atol=1e-6)
+        assert torch.allclose(x[0, c], torch.full((56, 56), (0 - m) / s, dtype=x.dtype), atol=1e-6)
+        assert torch.allclose(x[1, c], torch.full((56, 56), (1 - m) / s, dtype=x.dtype), atol=1e-6)
 
 
 def test_fit_head_separates_separable_classes() -> None:

@@ -14,7 +14,9 @@ write the check once and call ``xp.asarray`` / ``xp.numpy`` / ``xp.assert_kind``
 from __future__ import annotations
 
 import os
+import sys
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -78,6 +80,23 @@ class Backend:
             assert same, f"expected device {TEST_DEVICE}, got {x.device}"
         if ndim is not None:
             assert x.ndim == ndim, f"expected ndim {ndim}, got shape {tuple(x.shape)}"
+
+
+@pytest.fixture(autouse=True)
+def _torch_default_dtype_unchanged() -> Iterator[None]:
+    """Fail a test that leaves torch's default dtype changed (a model built later in the session would draw its
+    initial weights in another dtype: other numbers, test by test, depending on the order), and restore it."""
+    torch = sys.modules.get("torch")
+    before = torch.get_default_dtype() if torch is not None else None  # None: torch's own float32 once imported
+    yield
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    before = torch.float32 if before is None else before
+    after = torch.get_default_dtype()
+    if after != before:
+        torch.set_default_dtype(before)
+        pytest.fail(f"the test changed torch's default dtype from {before} to {after} (restored)")
 
 
 def _backend_params() -> list[Any]:

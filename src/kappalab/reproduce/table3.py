@@ -477,12 +477,21 @@ def _data_identity(cfg: dict[str, Any], args: argparse.Namespace) -> dict[str, s
 
 def run(call) -> int:
     """Run what ``kappalab reproduce table3`` asked for (``call``: the checked command line, a
-    :class:`kappalab.reproduce.table3_cli.Call`)."""
+    :class:`kappalab.reproduce.table3_cli.Call`), with torch's default dtype float64 for the call only (restored
+    after it: a caller in the same process, a test session among them, keeps its own)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        return _run(call)
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _run(call) -> int:
     args, cfg, out, seeds, methods, title = call.args, call.cfg, call.out, call.seeds, call.methods, call.title
     unknown = [m for m in cfg["methods"] + methods if m not in METHODS]
     if unknown:
         raise UsageError(f"config {cfg['config_file']}: unknown methods {unknown}; choose from {METHODS}")
-    torch.set_default_dtype(torch.float64)
     if cfg["arch"] == "efficientnet_lite0":
         from .table3_real_report import run_and_report
 

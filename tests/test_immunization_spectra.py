@@ -111,8 +111,8 @@ def test_committed_table1_evaluations_recompute_within_rounding():
     sensitivity block, as stored and as recomputed here through kappalab from the stored theta, lie inside their
     rounding envelope (tests/envelope.py: computed in plain NumPy from theta and the data; the interval another BLAS
     kernel may give). The store was written with OpenBLAS 0.3.31 (its provenance names the kernel's library); on
-    other kernels the well-conditioned values agree to ~1e-12 and the pinv kappas of Hessians with kappa ~1e6-1e8 to
-    ~1e-9, while the shifted kappas and the rank-limited pinv kappas of Ours and Opt kappa (kappa ~1e12 and more) are
+    OpenBLAS's SkylakeX, Haswell and Zen kernels the data's own pinv kappas agree to 1.7e-11 and the immunized ones
+    to 2.4e-9 (docs/core/kernel_agreement.json, scripts/kernel_agreement.py), while the shifted kappas and the rank-limited pinv kappas of Ours and Opt kappa (kappa ~1e12 and more) are
     not determined by the float64 matrices (their envelopes span decades: see docs/core/kappa.md), nor is anything at
     rtol x 0.1 (below the rounding level). The rtol is exact. Guard against a vacuous envelope: the headline pinv
     kappas of the data's own Hessians and every headline pinv number of R_ill Only are pinned to 1e-6."""

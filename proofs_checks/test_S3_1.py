@@ -17,7 +17,7 @@ from hypothesis import given, strategies as st
 from .evidence import Evidence
 from .paper import ext64, hessian, kappa, rir
 from .profiles import budget
-from .strategies import haar_orthogonal
+from .strategies import DIMS, haar_orthogonal
 
 EV = Evidence("S3.1")
 
@@ -34,7 +34,7 @@ def test_aligned_covariances_admit_immunizing_theta_exactly():
 
 
 @budget(30)
-@given(D=st.integers(2, 4), seed=st.integers(0, 2**31), log_a=st.floats(0.5, 3), shrink=st.floats(0.05, 0.5))
+@given(D=st.integers(*DIMS), seed=st.integers(0, 2**31), log_a=st.floats(0.5, 3), shrink=st.floats(0.05, 0.5))
 def test_aligned_random_spectra_with_different_shapes_give_rir_above_one(D, seed, log_a, shrink):
     """a = geometric spectrum with ratio 10^log_a; b = same directions, ratio shrunk; theta = Q diag(c) Q^T with
     c^2 = 1/a' overshooting so the top direction of H_H flips: kappa(H_P) drops, kappa(H_H) grows."""
@@ -50,7 +50,7 @@ def test_aligned_random_spectra_with_different_shapes_give_rir_above_one(D, seed
 
 
 @budget(15)
-@given(D=st.integers(2, 4), seed=st.integers(0, 2**31), scale=st.floats(0.01, 100), tseed=st.integers(0, 2**31))
+@given(D=st.integers(*DIMS), seed=st.integers(0, 2**31), scale=st.floats(0.01, 100), tseed=st.integers(0, 2**31))
 def test_proportional_covariances_cannot_be_separated(D, seed, scale, tseed):
     Q = haar_orthogonal(D, seed)
     a = 10.0 ** np.linspace(2, 0, D)

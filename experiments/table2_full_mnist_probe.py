@@ -24,8 +24,9 @@ import numpy as np
 
 from kappalab.data.mnist import fetch_mnist, load_digits, normalize_images
 from kappalab.immunization import immunize
-from kappalab.reproduce.table2 import (default_rtol, feature_spectrum, mnist_task, numerical_rank,
-                                       rir_from_spectra, run_spectra, table2_config)
+from kappalab.kappa import default_rtol
+from kappalab.reproduce.table2 import (feature_spectrum, mnist_task, rank_of, rir_from_spectra, run_spectra,
+                                       table2_config)
 from kappalab.sweep import limit_threads
 
 
@@ -33,7 +34,7 @@ def gap_row(images: np.ndarray) -> dict[str, float | int]:
     """Rank of K at Table 2's rtol and 0.1x / 10x, constant pixels, eigenvalues either side of the cut."""
     lam = feature_spectrum(normalize_images(images))[::-1]
     rtol = default_rtol(lam)
-    ranks = {f: numerical_rank(lam, rtol * f) for f in (0.1, 1.0, 10.0)}
+    ranks = {f: rank_of(lam, rtol * f) for f in (0.1, 1.0, 10.0)}
     k = ranks[1.0]
     constant = int(np.sum(np.ptp(images.reshape(len(images), -1), axis=0) == 0))
     below = float(lam[k] / lam[0]) if k < len(lam) else 0.0

@@ -85,7 +85,8 @@ def test_condition_number_matches_the_exact_spectrum(xp, name: str, psd: bool) -
 def test_rank_rule_counts_the_exact_rank(xp) -> None:
     A = built(SPECTRA["rank 3 of 6"], (6, 6), seed=3)
     values, _ = K.spectrum(xp.asarray(A), psd=True)
-    assert int(K.numerical_rank(values, K.rank_threshold(values[0], K.default_rtol(A)))) == 3
+    rule = K.rank_rule(values, values[0], K.default_rtol(A))
+    assert int(rule.rank) == 3 and xp.numpy(rule.kept).tolist() == [True] * 3 + [False] * 3
 
 
 def test_feature_route_resolves_kappa_beyond_1e15(xp) -> None:
@@ -246,7 +247,7 @@ def test_committed_table2_records_recompute_identically() -> None:
             kap, ranks = {}, {}
             for split in ("P", "H"):
                 lam = K.descending(spectra[f"K_{split}"])
-                ranks[split] = int(K.numerical_rank(lam, K.rank_threshold(lam[0], rtol)))
+                ranks[split] = int(K.rank_rule(lam, lam[0], rtol).rank)
                 kap[f"K_{split}"] = K.kappa_of_spectrum(lam, rank=ranks[split])
                 kap[f"H_{split}"] = K.kappa_of_spectrum(spectra[f"H_{split}"], rtol,
                                                         rank=ranks[split] if rank_from_K else None)

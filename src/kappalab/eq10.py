@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._backend import Array, namespace, to_scalar
-from .kappa import check_psd, default_rtol, is_nonzero, rank_threshold
+from .kappa import check_psd, default_rtol, rank_rule
 from .validation import matrix, same_kind, symmetric
 
 Reading = Literal["proof", "main_text"]
@@ -42,7 +42,7 @@ def eq10_singular_values(theta: object, K: object, reading: Reading = "proof") -
     lam, Q = xp.linalg.eigh(K)
     rtol = default_rtol(K)
     check_psd(lam[0], lam[-1], rtol, "K")
-    lam = xp.where(is_nonzero(lam, rank_threshold(to_scalar(xp.abs(lam).max()), rtol)), lam, 0 * lam)
+    lam = xp.where(rank_rule(lam, to_scalar(xp.abs(lam).max()), rtol).kept, lam, 0 * lam)
     gamma = xp.sqrt(lam) if reading == "proof" else lam
     M = s[:, None] * (U.T @ Q) * gamma[None, :]
     return (M * M).sum(1)

@@ -59,7 +59,7 @@ from typing import Iterator, Literal, NamedTuple
 import numpy as np
 
 from ._backend import Array, eps, is_torch, namespace
-from .kappa import is_nonzero, rank_threshold, resolve_rtol
+from .kappa import rank_rule, resolve_rtol
 
 Method = Literal["auto", "lapack", "tensor"]
 METHODS: tuple[str, ...] = ("auto", "lapack", "tensor")
@@ -155,7 +155,7 @@ def batched_extremes(S: object, *, rtol: float | None = None, method: Method = "
     rtol = resolve_rtol(rtol, S, dim=S.shape[-1])
     lam, V, converged = batched_eigh(S, method=method, vectors=vectors, sweeps=sweeps)
     largest = lam[..., -1]
-    keep = is_nonzero(_detach(lam), rank_threshold(_detach(largest), rtol)[..., None])
+    keep = rank_rule(_detach(lam), _detach(largest)[..., None], rtol).kept
     xp = namespace(lam)
     first = xp.argmax(keep.astype(np.int8) if not is_torch(keep) else keep.to(xp.int8), -1)[..., None]
     smallest = _take(lam, first)[..., 0]

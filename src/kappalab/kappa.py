@@ -87,19 +87,22 @@ def resolve_rtol(rtol: float | None, a: Array, dim: int | None = None) -> float:
     return default_rtol(a, dim) if rtol is None else rtol
 
 
-def rank_threshold(s_max: Array, rtol: float) -> Array:
-    """The absolute threshold ``rtol * s_1`` of the rank rule."""
-    return rtol * s_max
+class RankRule(NamedTuple):
+    """What the rank rule decides for some values of one spectrum (or of a stack of spectra)."""
+
+    threshold: Array  #: the absolute threshold ``rtol * s_1``
+    kept: Array  #: boolean, elementwise: ``value > threshold`` (strict)
+    rank: Array  #: ``k``: how many values are kept, over the last axis (a 0-d integer array or tensor per spectrum)
 
 
-def is_nonzero(values: Array, threshold: Array) -> Array:
-    """The rank rule: ``values > threshold`` (elementwise)."""
-    return values > threshold
-
-
-def numerical_rank(values: Array, threshold: Array) -> Array:
-    """``k``: how many values lie above ``threshold`` (a 0-d integer array or tensor)."""
-    return is_nonzero(values, threshold).sum()
+def rank_rule(values: Array, s_max: Array, rtol: float) -> RankRule:
+    """The rank rule, whole (module docstring): which of ``values`` count as nonzero against ``s_1 = s_max`` at
+    relative tolerance ``rtol`` (resolved by the caller: :func:`resolve_rtol`), and how many. ``values`` may be a
+    spectrum, some of its values or a stack, ``s_max`` broadcast against it (a stack: shape ``(..., 1)``). No host
+    read: everything stays an array or tensor on its device."""
+    threshold = rtol * s_max
+    kept = values > threshold
+    return RankRule(threshold, kept, kept.sum(-1) if kept.ndim else kept.sum())
 
 
 def check_nonzero(s_max: Array, name: str) -> None:
@@ -203,7 +206,7 @@ def _kappa_of_spectrum(values: Array, rtol: float | None, rank: int | None, dim:
     n = lam.shape[0]
     given = rank is not None
     if not given:
-        rank = numerical_rank(lam, rank_threshold(lam[0], resolve_rtol(rtol, lam, dim)))
+        rank = rank_rule(lam, lam[0], resolve_rtol(rtol, lam, dim)).rank
     elif not (isinstance(rank, int) and 1 <= rank <= n):
         raise ValueError(f"rank must be an int in 1..{n} with a positive rank-th value, got {rank!r}")
     if check and given:

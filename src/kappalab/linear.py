@@ -20,7 +20,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from ._backend import Array, eps, eye_like, is_torch, namespace, to_scalar
-from .kappa import default_rtol, numerical_rank, rank_threshold
+from .kappa import default_rtol, rank_rule
 from .regularizers import grad_r_ill_from_extremes, grad_r_well_from_extremes, ill_denominator
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique
 from .validation import finite, matrix, positive_scalar, require_values, same_kind, symmetric
@@ -125,7 +125,7 @@ def covariance_factor(X: object, *, check: bool = True) -> tuple[Array, Array]:
     if X.shape[0] > X.shape[1]:
         X = xp.linalg.qr(X, mode="r")[1] if is_torch(X) else xp.linalg.qr(X, mode="r")
     _, s, Wt = xp.linalg.svd(X, full_matrices=False)
-    r = int(to_scalar(numerical_rank(s, rank_threshold(s[0], rtol))))
+    r = int(to_scalar(rank_rule(s, s[0], rtol).rank))
     return s[:r], Wt[:r]
 
 

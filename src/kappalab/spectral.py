@@ -58,11 +58,11 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from ._backend import Array, eps, is_torch, namespace, scalar_like, to_scalars
+from ._backend import Array, eps, is_torch, namespace, scalar_like, to_scalar, to_scalars
 from .errors import DegenerateSpectrumError, DegenerateSpectrumWarning
 from .extremes import batched_eigh
 from .iterative import Ends, default_tol_vec, solve_ends
-from .kappa import AUTO_TRIDIAG_MIN_N, check_nonzero, check_psd, is_nonzero, numerical_rank, rank_threshold, resolve_rtol
+from .kappa import AUTO_TRIDIAG_MIN_N, check_nonzero, check_psd, rank_rule, resolve_rtol
 from .kappa import default_rtol  # noqa: F401  (the rank rule's default, importable here as before)
 from .validation import finite, require_values, symmetric
 
@@ -120,8 +120,7 @@ def _pick(values: Array, index: Array) -> Array:
 def _assemble(xp, vec_at, s_all_desc: Array, fro2: Array, p: int, rtol: float) -> Extremes:
     """Build :class:`Extremes` from a descending spectrum accessor (shared by the SVD and eigh routes)."""
     s_max = s_all_desc[0]
-    threshold = rank_threshold(s_max, rtol)
-    k = numerical_rank(s_all_desc, threshold)
+    threshold, _, k = rank_rule(s_all_desc, s_max, rtol)
     last = xp.clip(k - 1, 0, None)  # k = 0 (zero or negative input) is reported by the callers' checks
     padded = xp.concatenate([scalar_like(s_max, math.inf).reshape(1), s_all_desc])
     s_2 = s_all_desc[1] if s_all_desc.shape[0] > 1 else scalar_like(s_max, 0.0)
@@ -183,7 +182,7 @@ def _tridiag_extremes(A: Array, rtol: float) -> tuple[Extremes, Array]:
         raise np.linalg.LinAlgError(f"sytrd failed (info = {info})")
     lam = eigh_tridiagonal(d, e_off, eigvals_only=True)  # ascending, sterf
     lam_desc = lam[::-1].copy()
-    k = int(numerical_rank(lam_desc, rank_threshold(lam_desc[0], rtol)))
+    k = int(rank_rule(lam_desc, lam_desc[0], rtol).rank)
     # stebz/stein pick eigenvectors by ascending index: n-1 is s_max, n-k is s_k.
     idx = sorted({n - 1, n - max(k, 1)})  # k = 0 (zero input) is reported by psd_extremes' checks
     Z = np.column_stack([eigh_tridiagonal(d, e_off, select="i", select_range=(i, i))[1][:, 0] for i in idx])
@@ -244,8 +243,8 @@ def extremes_from_pairs(top: tuple[Array, Array], bottom: tuple[Array, Array], A
     (t_val, t_vec), (b_val, b_vec) = top, bottom
     n = A.shape[0]
     s_max = t_val[0]
-    threshold = rank_threshold(s_max, rtol)
-    if not is_nonzero(*to_scalars(b_val[0], threshold)):
+    threshold, kept, _ = rank_rule(b_val[0], s_max, rtol)
+    if not to_scalar(kept):
         return None
     rank = xp.asarray(n) if xp.__name__ == "numpy" else xp.tensor(n, device=A.device)
     ex = Extremes(

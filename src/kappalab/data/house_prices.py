@@ -263,7 +263,7 @@ def feature_rank(X: np.ndarray, rtol: float | None = None) -> int:
     singular = kappa.singular_values(matrix)
     if singular.size == 0 or singular[0] == 0:
         return 0
-    return int(kappa.numerical_rank(singular, kappa.rank_threshold(singular[0], kappa.resolve_rtol(rtol, matrix))))
+    return int(kappa.rank_rule(singular, singular[0], kappa.resolve_rtol(rtol, matrix)).rank)
 
 
 def constant_features(split: RegressionSplit) -> tuple[str, ...]:

@@ -22,8 +22,8 @@ from typing import Any, Callable, Hashable
 import numpy as np
 
 from kappalab._backend import times_pow2
-from kappalab.kappa import (DEFAULT_SHIFT, check_rtol, default_rtol, is_nonzero, kappa_of_spectrum, kappa_shifted,
-                            kept_shifted, rank_threshold, rir_terms, shifted_eigenvalues, spectrum)
+from kappalab.kappa import (DEFAULT_SHIFT, check_rtol, default_rtol, kappa_of_spectrum, kappa_shifted, kept_shifted,
+                            rank_rule, rir_terms, shifted_eigenvalues, spectrum)
 from kappalab.linear import hessian
 
 from .task import LinearTask, with_ones_column
@@ -113,7 +113,7 @@ def spectrum_endpoints(M: np.ndarray, rtol: float, shift: float) -> dict[str, fl
     from the same eigenvalues as the pinv kappa)."""
     values, scale = spectrum(M, psd=True)
     lam = times_pow2(values, scale)  # descending, in M's units
-    kept_pinv = lam[is_nonzero(lam, rank_threshold(lam[0], rtol))]
+    kept_pinv = lam[rank_rule(lam, lam[0], rtol).kept]
     lam_s = shifted_eigenvalues(M, shift)
     kept_s = lam_s[kept_shifted(lam_s, shift)]
     return {"lambda_max": float(lam[0]), "lambda_min_raw": float(lam[-1]), "rank_pinv": int(kept_pinv.size),

@@ -32,8 +32,7 @@ from typing import Literal
 
 from kappalab._backend import eye_like
 from kappalab.extremes import batched_eigh
-from kappalab.kappa import (DEFAULT_SHIFT, condition_number, is_nonzero, kappa_shifted, kept_shifted,
-                            rank_threshold, resolve_rtol)
+from kappalab.kappa import DEFAULT_SHIFT, condition_number, kappa_shifted, kept_shifted, rank_rule, resolve_rtol
 from kappalab.regularizers import ill_denominator, r_well_from_extremes
 from kappalab.spectral import Extremes
 
@@ -76,8 +75,8 @@ def torch_extremes(S, definition: KappaDefinition, *, rtol: float | None = None,
         keep = kept_shifted(lam.detach(), shift)
     elif definition == "pinv":
         lam = _eigenvalues(S)
-        threshold = rank_threshold(lam[..., -1].detach(), resolve_rtol(rtol, S, dim=D))
-        keep = is_nonzero(lam.detach(), threshold.unsqueeze(-1))
+        threshold, keep, _ = rank_rule(lam.detach(), lam[..., -1:].detach(), resolve_rtol(rtol, S, dim=D))
+        threshold = threshold.squeeze(-1)
     else:
         raise ValueError(f"definition must be 'pinv' or 'shifted', got {definition!r}")
     k = keep.sum(dim=-1)

@@ -43,7 +43,7 @@ def rank_of(spectrum: np.ndarray, rtol: float | None = None) -> int:
     spectrum is an error."""
     lam = kp.descending(np.asarray(spectrum, dtype=np.float64))
     kp.check_nonzero(lam[0], "spectrum")
-    return int(kp.numerical_rank(lam, kp.rank_threshold(lam[0], kp.resolve_rtol(rtol, lam))))
+    return int(kp.rank_rule(lam, lam[0], kp.resolve_rtol(rtol, lam)).rank)
 
 
 def rank_gap(spectrum: np.ndarray, rtol: float | None = None) -> tuple[int, float]:

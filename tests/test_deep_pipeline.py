@@ -144,3 +144,34 @@ def test_timm_missing_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> Non
 
     with pytest.raises(ImportError, match=r"kappalab\[deep\]"):
         require_timm()
+
+
+@pytest.mark.parametrize("statistics", ["batch", "frozen"])
+def test_norm_statistics_frozen_keeps_running_statistics_and_trains_the_affine_weights(statistics) -> None:
+    """``norm_statistics="frozen"``: the immunized layers' BatchNorm stays in eval mode through training (theta_0's
+    running statistics, never updated), its weight and bias still train; ``"batch"`` updates the statistics."""
+    from torch import nn
+
+    from kappalab.deep import ImmunizableModel
+
+    torch.manual_seed(0)
+    trainable = nn.Sequential(nn.Linear(6, 8, dtype=torch.float64), nn.BatchNorm1d(8, dtype=torch.float64),
+                              nn.Tanh())
+    model = ImmunizableModel(nn.Identity(), trainable, nn.Identity(), nn.Linear(8, 3, dtype=torch.float64), 8,
+                             norm_statistics=statistics)
+    norm = trainable[1]
+    assert norm.training == (statistics == "batch") and trainable[0].training and model.classifier.training
+    before = {k: v.clone() for k, v in norm.state_dict().items()}
+    g = torch.Generator().manual_seed(0)
+    loaders = [DataLoader(TensorDataset(torch.randn(16, 6, generator=g, dtype=torch.float64),
+                                        torch.randint(0, c, (16,), generator=g)), batch_size=8) for c in (3, 2)]
+    obj = ObjectiveConfig(lambda_P=1e-6, lambda_H=1.0, lambda_kappa=1e-6, lambda_imma=0.1, harmful_classes=2,
+                          reg_rtol=1e-10, on_degenerate="ignore")
+    immunize(model, "ours", CombinedLoader(*loaders), obj, TrainConfig(lr=1e-2, epochs=1), progress=False)
+    after = norm.state_dict()
+    assert not torch.equal(before["weight"], after["weight"]) and not torch.equal(before["bias"], after["bias"])
+    moved = not torch.equal(before["running_mean"], after["running_mean"])
+    assert moved == (statistics == "batch")
+    assert int(after["num_batches_tracked"]) == (4 if statistics == "batch" else 0)  # 2 steps x (D_P, D_H) batch
+    with pytest.raises(ValueError, match="norm_statistics must be 'batch' or 'frozen'"):
+        ImmunizableModel(nn.Identity(), trainable, nn.Identity(), nn.Linear(8, 3), 8, norm_statistics="eval")

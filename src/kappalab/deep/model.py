@@ -18,10 +18,11 @@ The features of Eq. 18 are the dummy layer's outputs ``F``; ``H~ = F^T F``.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..dummy_layer import DummyLinear, Side
 
@@ -43,16 +44,24 @@ class ImmunizableModel(nn.Module):
         trains: which parameters of ``trainable`` are trained, by name (``trainable.named_parameters()``); None:
             all. The others stay at theta_0 but gradients flow through them (e.g. the authors' ViT: every LayerNorm
             of every block and the last block, with ``trainable`` the whole trunk).
+        norm_statistics: ``"batch"`` (default, the paper's training): BatchNorm layers of ``trainable`` normalise
+            with each batch's statistics in training mode and update their running statistics; ``"frozen"``: they
+            stay in eval mode, normalising with theta_0's running statistics and never updating them (their affine
+            weights still train), to tell what the statistics alone do to the features.
 
     A new model is in training mode with ``frozen`` and ``neck`` in eval mode (see :meth:`train`).
     """
 
     def __init__(self, frozen: nn.Module, trainable: nn.Module, neck: nn.Module, classifier: nn.Module,
                  feature_dim: int, *, dummy: bool = True, ridge: float = 1e-6, side: Side = "input",
-                 check: bool = True, trains: Callable[[str], bool] | None = None) -> None:
+                 check: bool = True, trains: Callable[[str], bool] | None = None,
+                 norm_statistics: Literal["batch", "frozen"] = "batch") -> None:
         super().__init__()
         if not (isinstance(feature_dim, int) and feature_dim >= 1):
             raise ValueError(f"feature_dim must be a positive int, got {feature_dim!r}")
+        if norm_statistics not in ("batch", "frozen"):
+            raise ValueError(f"norm_statistics must be 'batch' or 'frozen', got {norm_statistics!r}")
+        self.norm_statistics = norm_statistics
         self.frozen, self.trainable, self.neck, self.classifier = frozen, trainable, neck, classifier
         self.feature_dim = feature_dim
         self.dummy: DummyLinear | None = None
@@ -74,12 +83,17 @@ class ImmunizableModel(nn.Module):
         self.train()  # frozen layers (e.g. BatchNorm statistics of theta_0) never run in training mode
 
     def train(self, mode: bool = True) -> "ImmunizableModel":
-        """Train mode for ``trainable``/``classifier``; ``frozen`` and ``neck`` always stay in eval mode."""
+        """Train mode for ``trainable``/``classifier``; ``frozen`` and ``neck`` always stay in eval mode, and so do
+        ``trainable``'s BatchNorm layers under ``norm_statistics="frozen"``."""
         super().train(mode)
         self.frozen.eval()
         self.neck.eval()
         self.trainable.train(mode)
         self.classifier.train(mode)
+        if self.norm_statistics == "frozen":
+            for module in self.trainable.modules():
+                if isinstance(module, _BatchNorm):
+                    module.eval()
         return self
 
     def extractor_parameters(self) -> Iterator[nn.Parameter]:

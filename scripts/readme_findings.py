@@ -180,6 +180,75 @@ def table1_answer() -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---- docs/reproduction/table3.md: RIR_theta0 per method in each setting -----------------------------------------
+
+T3_ORDER = ("ours", "rill_only", "imma", "opt_kappa")
+
+
+def table3_real(direction: str, protocol: str, estimator: str) -> Callable[[str], str]:
+    """One seed of the real network: RIR_theta0 by ``estimator`` (groups, authors, exact) with its bootstrap 95%
+    interval over the groups (the exact estimator has none), from real/<direction>/<protocol>/runs.jsonl."""
+    path = REPRO / "table3" / "real" / direction / protocol / "runs.jsonl"
+
+    def cell(method: str) -> str:
+        recs = [json.loads(line) for line in path.read_text().splitlines()]
+        est = [r["estimates"][estimator] for r in recs if r["method"] == method]
+        if not est:
+            return "not run"
+        (e,) = est
+        ci = "" if e["ci95"] is None else " [{:.3g}, {:.3g}]".format(*e["ci95"])
+        return f"{e['rir']:.3g}{ci} (n=1)"
+    return cell
+
+
+def table3_proxy(path: str, protocol: str, key: str) -> Callable[[str], str]:
+    """A CPU analogue's estimated RIR_theta0 (``key`` rir: our kappa, rir_authors: the authors'), mean ± sample std
+    over the seeds of ``protocol`` in a store under docs/reproduction/table3."""
+    def cell(method: str) -> str:
+        recs = [json.loads(line) for line in (REPRO / "table3" / path).read_text().splitlines()]
+        rir = [r[key]["est_rir"] for r in recs if r["method"] == method
+               and r["provenance"]["config"].get("protocol", "paper") == protocol]
+        return MeanStd(float(np.mean(rir)), float(np.std(rir, ddof=1)), len(rir)).text("{:.3g}")
+    return cell
+
+
+def table3_paper(harmful: str) -> Callable[[str], str]:
+    return lambda method: f"{PAPER_TABLE3[harmful][method][2]} (n=3)"
+
+
+FMNIST_MNIST = "EfficientNet-Lite0 (ImageNet weights, tail trained), D_P Fashion-MNIST / D_H MNIST"
+MNIST_FMNIST = "EfficientNet-Lite0, D_P MNIST / D_H Fashion-MNIST"
+SMALL_CNN = "SmallCNN (32 features), MNIST 0-4 / 5-9, searched lambdas"
+WIDE_CNN = "SmallCNN at 128 features, MNIST 0-4 / 5-9, groups of 64"
+TABLE3_SETTINGS: list[tuple[str, str, Callable[[str], str]]] = [
+    ("**paper**: ResNet18, ImageNet-1k / Stanford Cars", "the paper's", table3_paper("cars")),
+    ("**paper**: ResNet18, ImageNet-1k / Country211", "the paper's", table3_paper("country211")),
+    (FMNIST_MNIST, "paper; ours, 20 groups of 100", table3_real("fmnist_vs_mnist", "paper", "groups")),
+    (FMNIST_MNIST, "paper; authors', 20 groups of 100", table3_real("fmnist_vs_mnist", "paper", "authors")),
+    (FMNIST_MNIST, "paper; exact (2560 held-out images)", table3_real("fmnist_vs_mnist", "paper", "exact")),
+    (FMNIST_MNIST, "official; ours, 20 groups of 100", table3_real("fmnist_vs_mnist", "official", "groups")),
+    (FMNIST_MNIST, "official; authors', 20 groups of 100", table3_real("fmnist_vs_mnist", "official", "authors")),
+    (MNIST_FMNIST, "paper; ours, 20 groups of 100", table3_real("mnist_vs_fmnist", "paper", "groups")),
+    (MNIST_FMNIST, "paper; authors', 20 groups of 100", table3_real("mnist_vs_fmnist", "paper", "authors")),
+    (MNIST_FMNIST, "paper; exact (2560 held-out images)", table3_real("mnist_vs_fmnist", "paper", "exact")),
+    (MNIST_FMNIST, "official; ours, 20 groups of 100", table3_real("mnist_vs_fmnist", "official", "groups")),
+    (MNIST_FMNIST, "official; authors', 20 groups of 100", table3_real("mnist_vs_fmnist", "official", "authors")),
+    (SMALL_CNN, "paper; ours, 20 groups of 100", table3_proxy("runs.jsonl", "paper", "rir")),
+    (WIDE_CNN, "paper; authors'", table3_proxy("proxy_wide/runs.jsonl", "paper", "rir_authors")),
+    (WIDE_CNN, "official; authors'", table3_proxy("proxy_wide/runs.jsonl", "official", "rir_authors")),
+]
+
+
+def table3_answer() -> str:
+    lines = ["| network and data | protocol; estimator | " + " | ".join(LABELS[m] for m in T3_ORDER) + " |",
+             "|---|---|" + "---|" * len(T3_ORDER)]
+    previous = None
+    for data, protocol, cell in TABLE3_SETTINGS:
+        shown, previous = ("" if data == previous else data), data
+        lines.append(f"| {shown} | {protocol} | " + " | ".join(cell(m) for m in T3_ORDER) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # ---- docs/verdicts.md: the deep profile's record ---------------------------------------------------------------
 
 DEEP = ROOT / "docs" / "verdicts_deep.json"  #: the output of the deep run (DIR/verdicts.json, renamed)
@@ -236,6 +305,7 @@ def deep_profile() -> str:
 BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
     "README.md": {"findings": readme_findings},
     "docs/reproduction/table1.md": {"table1-answer": table1_answer},
+    "docs/reproduction/table3.md": {"table3-answer": table3_answer},
     "docs/verdicts.md": {"deep-profile": deep_profile},
 }
 #: blocks appended at the end of their file when its markers are missing (docs/verdicts.md is rewritten by

@@ -51,9 +51,10 @@ def test_links_of_the_generated_blocks_resolve(generator) -> None:
                 assert (ROOT / path).parent.joinpath(target).exists(), (path, target)
 
 
-def test_table1_md_opens_with_its_answer_table() -> None:
-    head = (ROOT / "docs" / "reproduction" / "table1.md").read_text().splitlines()[:40]
-    assert "<!-- end: table1-answer -->" in head
+@pytest.mark.parametrize("name", ["table1", "table3"])
+def test_reports_open_with_their_answer_table(name: str) -> None:
+    head = (ROOT / "docs" / "reproduction" / f"{name}.md").read_text().splitlines()[:40]
+    assert f"<!-- end: {name}-answer -->" in head
 
 
 def test_every_claim_has_a_short_gist() -> None:
@@ -61,6 +62,7 @@ def test_every_claim_has_a_short_gist() -> None:
         assert 0 < len(claim["gist"].split()) <= GIST_WORDS, claim["id"]
 
 
-@pytest.mark.parametrize("path", ["README.md", "docs/reproduction/table1.md", "docs/claims.md"])
+@pytest.mark.parametrize("path", ["README.md", "docs/reproduction/table1.md", "docs/reproduction/table2.md",
+                                  "docs/reproduction/table3.md", "docs/benchmarks.md", "docs/claims.md"])
 def test_no_tracker_numbers_in_user_documents(path: str) -> None:
     assert not re.search(r"\bissues? #?\d+", (ROOT / path).read_text(), re.I)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kappalab.immunization import LinearTask, immunize
-from kappalab.immunization.protocols import Params
+from kappalab.immunization.step_types import Params
 from kappalab.reproduce import table2
 from kappalab.reproduce.table2 import selection
 from kappalab.reproduce.table2.spectra import feature_spectrum, rank_gap, rir_from_spectra

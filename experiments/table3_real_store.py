@@ -22,9 +22,9 @@ from pathlib import Path
 
 from kappalab.data.fetch import cache_dir
 from kappalab.estimators import scale_test
-from kappalab.reproduce.table3_config import load_table3_config
-from kappalab.reproduce.table3_real import build_task, heldout_features, load_real_data
-from kappalab.reproduce.table3_real_report import real_table, write_feature_store
+from kappalab.reproduce.table3.config import load_table3_config
+from kappalab.reproduce.table3.real import build_task, heldout_features, load_real_data
+from kappalab.reproduce.table3.real_report import real_table, write_feature_store
 
 STORE = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table3" / "real"
 

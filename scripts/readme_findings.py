@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from kappalab.findings import MeanStd, claims_table, read_verdicts
-from kappalab.reproduce.table1_constants import LABELS, ORDER, PAPER_TABLE1
+from kappalab.reproduce.table1.constants import LABELS, ORDER, PAPER_TABLE1
 from kappalab.reproduce.table2.constants import PAPER_TABLE2
-from kappalab.reproduce.table3 import PAPER_TABLE3
+from kappalab.reproduce.table3.constants import PAPER_TABLE3
 
 ROOT = Path(__file__).resolve().parents[1]
 REPRO = ROOT / "docs" / "reproduction"

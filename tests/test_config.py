@@ -11,7 +11,7 @@ import pytest
 
 from kappalab.configs import CONFIG_DIR, ConfigError, names, parse_set
 from kappalab.immunization.config import EXTRA, MethodConfig, load_config, table1_config
-from kappalab.reproduce.table3_config import load_table3_config
+from kappalab.reproduce.table3.config import load_table3_config
 
 LINEAR = [n for n in names() if n.startswith(("table1_", "table2_")) and n.count("_") == 2
           and not n.endswith(("_base", "_linear"))]

@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("mlxtend")
 
 from kappalab.deep import METHODS  # noqa: E402
-from kappalab.reproduce import table3, table3_cli  # noqa: E402
+from kappalab.reproduce.table3 import cli as table3_cli  # noqa: E402
+from kappalab.reproduce.table3 import run as table3_run  # noqa: E402
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("timm") is None,
                                 reason="timm is not installed (the deep environment: scripts/setup_deep.sh)")
@@ -32,7 +33,7 @@ def test_smoke_configuration_end_to_end(arch: str, protocol: str, tmp_path, monk
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     out, work = tmp_path / "out", tmp_path / "work"
-    cfg = table3.load_config(f"{arch}_smoke")
+    cfg = table3_run.load_config(f"{arch}_smoke")
     assert table3_cli.main(["--arch", arch, "--smoke", "--out", str(out), "--work", str(work), "--protocol",
                             protocol]) == 0
     records = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]

@@ -13,9 +13,10 @@ import torch
 
 from kappalab.dummy_layer import precondition_weight_grad
 from kappalab.immunization.config import MethodConfig
-from kappalab.immunization.protocols import make_protocol, woodbury_precondition
+from kappalab.immunization.protocols import make_protocol
 from kappalab.immunization.spectra import (FeatureGram, gram_extremes_shifted, official_r1, official_r2,
                                            torch_extremes, torch_kappa)
+from kappalab.immunization.woodbury import woodbury_precondition
 
 SHIFT = 1e-6
 

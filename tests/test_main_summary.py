@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import kappalab.reproduce.table1 as table1_cli
+import kappalab.reproduce.table1.cli as table1_cli
 import kappalab.verify as verify_cli
 from kappalab import cli
 from kappalab.findings import HOLDS

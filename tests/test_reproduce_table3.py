@@ -10,7 +10,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("mlxtend")
 
-from kappalab.reproduce import table3, table3_cli  # noqa: E402
+from kappalab.reproduce.table3 import cli as table3_cli  # noqa: E402
+from kappalab.reproduce.table3 import run as table3_run  # noqa: E402
 
 TABLE4 = {("resnet18", "cars"): (1e-5, 5e-5, 2e6, 3), ("resnet18", "country211"): (1e-5, 1e-4, 2e6, 3),
           ("vit", "cars"): (1e-5, 3e-6, 3e8, 2), ("vit", "country211"): (1e-5, 1e-6, 1e8, 2)}
@@ -18,7 +19,7 @@ TABLE4 = {("resnet18", "cars"): (1e-5, 5e-5, 2e6, 3), ("resnet18", "country211")
 
 @pytest.mark.parametrize("row", sorted(TABLE4))
 def test_paper_configs_are_table4(row) -> None:
-    cfg = table3.load_config(f"{row[0]}_{row[1]}")
+    cfg = table3_run.load_config(f"{row[0]}_{row[1]}")
     assert (cfg["eta"], cfg["lambda_P"], cfg["lambda_H"], cfg["epochs"]) == TABLE4[row]
     assert cfg["momentum"] == 0.9 and cfg["classifier_weight_decay"] == 2e-5 and cfg["extractor_weight_decay"] == 0
     assert (cfg["rir_groups"], cfg["rir_group_size"]) == (20, 100)
@@ -26,7 +27,7 @@ def test_paper_configs_are_table4(row) -> None:
 
 
 def test_the_command_line_knows_the_deep_methods() -> None:
-    assert table3_cli.METHODS == tuple(table3.METHODS)
+    assert table3_cli.METHODS == tuple(table3_run.METHODS)
 
 
 def test_proxy_quick_runs_records_and_resumes(tmp_path, monkeypatch) -> None:
@@ -123,7 +124,7 @@ def test_calibration_leaves_theta0_batchnorm_statistics_untouched() -> None:
     task = _tiny_task()
     model = task.theta0(0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    calib = table3._calibration(task, model, TINY_CFG, 0)
+    calib = table3_run._calibration(task, model, TINY_CFG, 0)
     assert calib["grad_norms"]["task"] > 0
     for name, value in model.state_dict().items():
         assert torch.equal(before[name], value), f"{name} changed during calibration"
@@ -132,11 +133,11 @@ def test_calibration_leaves_theta0_batchnorm_statistics_untouched() -> None:
 def _run_tiny(store, work) -> None:
     """``run_task`` on the tiny task, seed 0, Ours, under the run keys the command would give it."""
     task = _tiny_task()
-    from kappalab.reproduce.table3_config import FIELD_NAMES
+    from kappalab.reproduce.table3.config import FIELD_NAMES
 
     cfg = {**dict.fromkeys(FIELD_NAMES), **TINY_CFG}  # the fields the tiny config leaves out count as None
-    keys = table3.run_keys(task, cfg, {"name": task.data_label, "sha256": "made by the test"}, [0], ["ours"])
-    table3.run_task(task, TINY_CFG, store, work, [0], ["ours"], keys)
+    keys = table3_run.run_keys(task, cfg, {"name": task.data_label, "sha256": "made by the test"}, [0], ["ours"])
+    table3_run.run_task(task, TINY_CFG, store, work, [0], ["ours"], keys)
 
 
 @pytest.mark.parametrize("rank", [0, 1])

@@ -19,7 +19,8 @@ from kappalab.cli import main as cli_main  # noqa: E402
 from kappalab.immunization import LinearTask, evaluate, immunize, table1_config  # noqa: E402
 from kappalab.immunization import data_parallel as dp  # noqa: E402
 from kappalab.immunization.trajectory import TrajectoryRecorder  # noqa: E402
-from kappalab.reproduce.table1 import config_of, markdown, summarize, task_of  # noqa: E402
+from kappalab.reproduce.table1.report import markdown, summarize  # noqa: E402
+from kappalab.reproduce.table1.run import config_of, task_of  # noqa: E402
 from kappalab.results import RunStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,7 +185,7 @@ SIDE_BY_SIDE = {(1, 10): ("official", "runs.jsonl"), (2, 10): ("official_ddp2", 
 def side_by_side_rows() -> list[str]:
     """The rows of table1.md's 1- vs 2-process table, recomputed from the stores' run records: per method, then
     per (epochs, processes), the pinv (i), (ii), RIR and the shifted RIR (mean ± std over the seeds)."""
-    from kappalab.reproduce.table1_constants import LABELS, ORDER
+    from kappalab.reproduce.table1.constants import LABELS, ORDER
     from kappalab.results import format_mean_std, mean_std
 
     runs = {}

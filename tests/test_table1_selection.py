@@ -172,7 +172,7 @@ def test_committed_selection_recomputes_from_the_trajectories():
         with np.load(GRID / res["files"]["trajectory"]) as z:
             runs[key] = {"eta": res["eta"], "seed": res["seed"], "method": res["method"],
                          "traj": {k: z[k] for k in z.files}}
-    from kappalab.reproduce.table1_selection import VARIANTS
+    from kappalab.reproduce.table1.selection import VARIANTS
 
     folder = GRID / "data" / stored["data"]["sha256"][:12]
     X_P, y_P = np.load(folder / "features_P.npy"), np.load(folder / "y_P.npy")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kappalab.immunization import LinearTask, immunize
-from kappalab.immunization.protocols import Params
+from kappalab.immunization.step_types import Params
 from kappalab.reproduce import table2
 from kappalab.reproduce.table2 import selection
 from kappalab.reproduce.table2.spectra import feature_spectrum, rank_gap, rir_from_spectra
@@ -92,7 +92,7 @@ def test_trajectory_with_the_official_bias_equals_the_records_rule(rng: np.rando
 def test_official_run_is_observed_at_its_epoch_boundaries(rng: np.random.Generator) -> None:
     """An official (minibatched) run: the observer, told the protocol's steps per epoch, records epochs 0, every,
     ..., epochs, and the last point is the run's end as its record evaluates it (spectra of X theta_I + 1 b^T)."""
-    from kappalab.reproduce.table1 import steps_per_epoch
+    from kappalab.reproduce.table1.run import steps_per_epoch
     from kappalab.reproduce.table2.spectra import run_spectra
 
     X_P, X_H = rng.standard_normal((200, 6)), rng.standard_normal((150, 6))

@@ -24,8 +24,8 @@ pytest.importorskip("mlxtend")
 
 from kappalab.deep import METHODS, ObjectiveConfig, SmallCNN, immunize, objective_terms  # noqa: E402
 from kappalab.deep.official import kappa_log_loss, r_ill_official, r_well_official  # noqa: E402
-from kappalab.reproduce import table3_cli  # noqa: E402
-from kappalab.reproduce.table3_config import PROTOCOLS, load_table3_config, resolved  # noqa: E402
+from kappalab.reproduce.table3 import cli as table3_cli  # noqa: E402
+from kappalab.reproduce.table3.config import PROTOCOLS, load_table3_config, resolved  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIFT = 1e-6

@@ -22,8 +22,8 @@ from kappalab.deep import ObjectiveConfig, SmallCNN, objective_terms  # noqa: E4
 from kappalab.deep.official import r_ill_official  # noqa: E402
 from kappalab.deep.model import hessian_tilde  # noqa: E402
 from kappalab.deep.trunk import preprocess  # noqa: E402
-from kappalab.reproduce.table3_config import load_table3_config  # noqa: E402
-from kappalab.reproduce.table3_real import fit_head  # noqa: E402
+from kappalab.reproduce.table3.config import load_table3_config  # noqa: E402
+from kappalab.reproduce.table3.real import fit_head  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ("efficientnet_lite0_mnist", "efficientnet_lite0_fashion-mnist")

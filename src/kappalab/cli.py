@@ -49,8 +49,8 @@ the paths of the full reports. Takes no arguments.
 """
 
 #: reproduce NAME -> the module whose ``main(argv)`` runs it (table3's command line parses without torch)
-REPRODUCIBLE = {"table1": "kappalab.reproduce.table1", "table2": "kappalab.reproduce.table2",
-                "table3": "kappalab.reproduce.table3_cli"}
+REPRODUCIBLE = {"table1": "kappalab.reproduce.table1.cli", "table2": "kappalab.reproduce.table2",
+                "table3": "kappalab.reproduce.table3.cli"}
 HELP = ("-h", "--help")
 
 

@@ -59,7 +59,7 @@ MEASURES = {
 
 
 def covariance(X: np.ndarray) -> np.ndarray:
-    """``X^T X`` symmetrised (as :meth:`kappalab.immunization.protocols.Batch.covariance` forms it)."""
+    """``X^T X`` symmetrised (as :meth:`kappalab.immunization.step_types.Batch.covariance` forms it)."""
     K = X.T @ X
     return 0.5 * (K + K.T)
 

@@ -6,7 +6,7 @@
 * :func:`set_dotted` - write one dotted key into a nested dict, refusing keys the schema does not know.
 
 Which keys a file may hold is declared by its schema (:class:`kappalab.immunization.MethodConfig` for Tables 1
-and 2, :class:`kappalab.reproduce.table3_config.Table3Config` for Table 3); an unknown or misspelt key is a
+and 2, :class:`kappalab.reproduce.table3.config.Table3Config` for Table 3); an unknown or misspelt key is a
 :class:`ConfigError` naming the key and the file.
 """
 

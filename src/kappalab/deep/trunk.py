@@ -1,5 +1,5 @@
 """A pretrained EfficientNet-Lite0 cut in two: a frozen trunk whose activations are computed once and cached, and
-the tail that immunization trains (Table 3's real-network rows, :mod:`kappalab.reproduce.table3_real`).
+the tail that immunization trains (Table 3's real-network rows, :mod:`kappalab.reproduce.table3.real`).
 
 * **Input** (:func:`preprocess`): 28 x 28 grey images (uint8) -> [0, 1] -> bicubic resize to ``size`` x ``size``
   (clamped to [0, 1]) -> the grey channel repeated three times -> ``(x - mean) / std`` with the network's own

@@ -38,7 +38,8 @@ import torch
 
 from .config import MethodConfig
 from .methods import EpochEnd, ImmunizationRun, Schedule, train
-from .protocols import Batch, Params, Protocol, make_protocol
+from .protocols import Protocol, make_protocol
+from .step_types import Batch, Params
 from .task import LinearTask
 
 T = TypeVar("T")

@@ -35,7 +35,8 @@ from torch.utils.data import DistributedSampler
 
 from .config import MethodConfig
 from .methods import ImmunizationRun, step_gradients
-from .protocols import Batch, Params, Protocol, make_protocol
+from .protocols import Protocol, make_protocol
+from .step_types import Batch, Params
 from .task import LinearTask
 
 

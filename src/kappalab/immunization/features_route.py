@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .protocols import Batch
+from .step_types import Batch
 
 
 def stacked_inputs(batch: Batch, tasks: list[str]) -> torch.Tensor:

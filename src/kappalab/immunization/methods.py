@@ -35,7 +35,8 @@ from . import official_step
 from .config import MethodConfig
 from .features_route import theta_gradient
 from .paper_step import closed_form_gradients
-from .protocols import Batch, Params, Protocol, Term, make_protocol
+from .protocols import Protocol, make_protocol
+from .step_types import Batch, Params, Term
 from .task import LinearTask
 
 

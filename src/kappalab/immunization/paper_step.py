@@ -36,7 +36,8 @@ from kappalab.gram import regularizers_from_data
 from kappalab.linear import covariance_factor, ridge_weights
 
 from .config import MethodConfig
-from .protocols import Batch, PaperProtocol, Params, Protocol, Term
+from .protocols import PaperProtocol, Protocol
+from .step_types import Batch, Params, Term
 
 #: the methods whose step this module computes (Eq. 11's terms; declared with the protocol's routes)
 CLOSED_FORM_METHODS: tuple[str, ...] = PaperProtocol.route_methods["closed_form"]
@@ -75,7 +76,7 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
                           ) -> tuple[dict[int, torch.Tensor], list[Term]]:
     """What :func:`kappalab.immunization.methods.step_gradients` returns, for Ours and R_ill Only under the paper
     protocol: the gradient per tensor (theta's regularizer parts preconditioned when ``extra.precondition``) and
-    the step's :class:`~kappalab.immunization.protocols.Term` s (values for the history)."""
+    the step's :class:`~kappalab.immunization.step_types.Term` s (values for the history)."""
     if proto.name != "paper" or cfg.method not in CLOSED_FORM_METHODS:
         raise ValueError(f"the closed-form step is for the paper protocol's {CLOSED_FORM_METHODS}, got "
                          f"{proto.name!r} / {cfg.method!r}")

@@ -24,7 +24,7 @@ Spectral route (config ``extra.spectral_route``, default ``"dense"``; "gram" and
     and every run recorded before the option existed). ``"gram"`` (Table 2's configs): when a batch has
     ``N < D`` rows, :meth:`OfficialProtocol.gram` returns a :class:`~kappalab.immunization.spectra.FeatureGram`
     (spectra of the ``N x N`` ``Phi Phi^T``; no ``D x D`` eigenproblem, S never formed) and the preconditioner is
-    :func:`woodbury_precondition` (one ``N x N`` Cholesky per batch and task). Equal to the dense route up to
+    :func:`~kappalab.immunization.woodbury.woodbury_precondition` (one ``N x N`` Cholesky per batch and task). Equal to the dense route up to
     rounding, with one documented convention: ``s_min := shift`` when rank(S) < D, which is the dense rule's
     outcome (see :func:`~kappalab.immunization.spectra.gram_extremes_shifted`). With ``N >= D`` (e.g. ``--quick``'s
     D = 49) the gram route computes exactly what the dense route does. Woodbury is the more accurate of the two
@@ -36,7 +36,6 @@ Spectral route (config ``extra.spectral_route``, default ``"dense"``; "gram" and
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
@@ -48,77 +47,9 @@ from kappalab.regularizers import r_ill, r_well
 from .config import MethodConfig
 from .spectra import (DEFAULT_SHIFT, SPECTRAL_ROUTES, FeatureGram, features_lambda_max, gram_shifted_kappa,
                       official_r1, official_r2, torch_kappa)
+from .step_types import Batch, Params
 from .task import LinearTask
-
-
-@dataclass
-class Params:
-    """Trainable tensors: extractor ``theta`` (D x D), optional ``bias`` (D), heads ``w_P`` (and IMMA's ``w_H``)."""
-
-    theta: torch.Tensor
-    bias: torch.Tensor | None
-    w_P: torch.Tensor
-    w_H: torch.Tensor | None = None
-
-    def extractor(self) -> list[torch.Tensor]:
-        """theta and (when present) the bias."""
-        return [self.theta] + ([self.bias] if self.bias is not None else [])
-
-    def all(self) -> list[torch.Tensor]:
-        """Every trainable tensor."""
-        return self.extractor() + [self.w_P] + ([self.w_H] if self.w_H is not None else [])
-
-
-@dataclass(frozen=True)
-class Term:
-    """One scalar of a step's objective and the tensors it updates (``precondition``: None, "P" or "H")."""
-
-    name: str
-    value: torch.Tensor
-    params: list[torch.Tensor]
-    precondition: str | None = None
-
-
-@dataclass
-class Batch:
-    """One step's data; ``K_P``/``K_H`` are the batch covariances ``X^T X`` (``D x D``), formed on first use
-    only (the gram route never uses them). ``cache`` holds what depends on the data only (per-batch
-    factorizations, kernels); ``step`` holds what depends on the parameters too (the features of one step):
-    :meth:`for_step` gives a view with the same data and ``cache`` and an empty ``step``."""
-
-    X_P: torch.Tensor
-    y_P: torch.Tensor
-    X_H: torch.Tensor
-    y_H: torch.Tensor | None
-    cache: dict = field(default_factory=dict, repr=False, compare=False)
-    step: dict = field(default_factory=dict, repr=False, compare=False)
-
-    def for_step(self) -> "Batch":
-        """This batch with a fresh per-step cache (the full batch is one object reused by every step)."""
-        return Batch(self.X_P, self.y_P, self.X_H, self.y_H, cache=self.cache)
-
-    def X(self, which: str) -> torch.Tensor:
-        """The inputs of task ``which`` ("P" or "H")."""
-        if which not in ("P", "H"):
-            raise ValueError(f"which must be 'P' or 'H', got {which!r}")
-        return self.X_P if which == "P" else self.X_H
-
-    def covariance(self, which: str) -> torch.Tensor:
-        """The batch covariance ``X^T X`` of task ``which`` ("P" or "H"), symmetrized, cached."""
-        key = "K_" + which
-        if key not in self.cache:
-            X = self.X(which)
-            K = X.T @ X
-            self.cache[key] = 0.5 * (K + K.T)
-        return self.cache[key]
-
-    @property
-    def K_P(self) -> torch.Tensor:
-        return self.covariance("P")
-
-    @property
-    def K_H(self) -> torch.Tensor:
-        return self.covariance("H")
+from .woodbury import woodbury_features, woodbury_precondition
 
 
 def _uniform(gen: torch.Generator, shape: tuple[int, ...], bound: float) -> torch.Tensor:
@@ -432,71 +363,6 @@ class OfficialProtocol(Protocol):
             if lam is not None:
                 return gram_shifted_kappa(lam, self.shift)
         return super().whole_task_kappa(p, which)
-
-
-def _woodbury_factor(X: torch.Tensor, ridge: float, cache: dict | None, key: str) -> torch.Tensor:
-    """Cholesky factor of ``X X^T + ridge I`` (``N x N``; a stack of them for a stacked ``X``), cached in ``cache``
-    under ``key`` when given. A factorization that fails (``ridge`` below the rounding of ``||X||^2``) gives a NaN
-    factor, so the step's gradient and the run's numbers are not finite: checked on the device, no host read inside
-    a training step."""
-    if not ridge > 0:
-        raise ValueError(f"ridge must be > 0 for the Woodbury identity, got {ridge!r}")
-    name = f"woodbury_{key}_{ridge!r}"
-    L = None if cache is None else cache.get(name)
-    if L is None:
-        A = X @ X.mT
-        A = 0.5 * (A + A.mT) + ridge * torch.eye(X.shape[-2], dtype=X.dtype, device=X.device)
-        L, info = torch.linalg.cholesky_ex(A)
-        L = torch.where((info == 0)[..., None, None], L, math.nan)
-        if cache is not None:
-            cache[name] = L
-    return L
-
-
-def woodbury_precondition(grad_theta: torch.Tensor, X: torch.Tensor, ridge: float, side: str,
-                          cache: dict | None = None, key: str = "") -> torch.Tensor:
-    """The dummy layer's preconditioning with ``K = X^T X`` (``X``: ``N x D``, ``N < D``) by Woodbury, in theta's
-    orientation: ``side="output"`` gives ``grad_theta (K + ridge I)^{-1}`` (the official code's solve on
-    nn.Linear's output index), ``side="input"`` gives ``(K + ridge I)^{-1} grad_theta``; equal to
-    :func:`kappalab.dummy_layer.precondition_weight_grad` on ``grad_theta^T`` (transposed back).
-
-    ``(X^T X + r I)^{-1} B = (B - X^T (r I + X X^T)^{-1} X B) / r``: one ``N x N`` Cholesky (cached in ``cache``
-    under ``key`` when given) and products with X, instead of a ``D x D`` factorization. ``ridge`` must be > 0.
-    """
-    L = _woodbury_factor(X, ridge, cache, key)
-    scale = 1.0 / ridge  # (B - P Q) / r as one fused addmm: B / r - (P Q) / r
-    if side == "output":
-        T = grad_theta @ X.T  # D x N
-        return torch.addmm(grad_theta, torch.cholesky_solve(T.T, L).T, X, beta=scale, alpha=-scale)
-    if side == "input":
-        return torch.addmm(grad_theta, X.T, torch.cholesky_solve(X @ grad_theta, L), beta=scale, alpha=-scale)
-    raise ValueError(f"side must be 'input' or 'output', got {side!r}")
-
-
-def woodbury_features(M: torch.Tensor, X: torch.Tensor, ridge: float, side: str, cache: dict | None = None,
-                      key: str = "") -> torch.Tensor:
-    """:func:`woodbury_precondition` of a gradient ``X^T M`` that lies in the row space of ``X`` (``M``: ``N x D``,
-    e.g. ``dL/dPhi`` for ``Phi = X theta``), returned as ``M'`` with ``X^T M' = woodbury_precondition(X^T M)``,
-    so that the ``D x D`` gradient is never formed:
-
-    * ``side="output"``: ``X^T M (X^T X + r I)^{-1} = X^T (M - (M X^T) A^{-1} X) / r`` with ``A = X X^T + r I``;
-    * ``side="input"``: ``(X^T X + r I)^{-1} X^T M = X^T A^{-1} M`` (push-through identity).
-
-    Costs ``O(N^2 D)`` (the ``N x N`` Cholesky shared with :func:`woodbury_precondition` through ``cache``).
-    """
-    L = _woodbury_factor(X, ridge, cache, key)
-    if side == "output":
-        # (M X^T) A^{-1} = (A^{-1} X M^T)^T since A is symmetric
-        return addmm(M, torch.cholesky_solve(X @ M.mT, L).mT, X, beta=1.0 / ridge, alpha=-1.0 / ridge)
-    if side == "input":
-        return torch.cholesky_solve(M, L)
-    raise ValueError(f"side must be 'input' or 'output', got {side!r}")
-
-
-def addmm(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> torch.Tensor:
-    """``beta C + alpha A B`` in one GEMM: ``torch.addmm``, or ``torch.baddbmm`` for stacked runs (bitwise equal per
-    run on the CPU, measured)."""
-    return (torch.addmm if A.ndim == 2 else torch.baddbmm)(C, A, B, beta=beta, alpha=alpha)
 
 
 PROTOCOL_CLASSES: dict[str, type[Protocol]] = {"paper": PaperProtocol, "official": OfficialProtocol}

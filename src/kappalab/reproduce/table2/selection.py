@@ -115,7 +115,7 @@ def trajectory_run(params: dict[str, Any]) -> dict[str, Any]:
     part, with its trajectory at epoch boundaries; stores trajectory and spectra."""
     from kappalab.immunization import LinearTask, immunize
     from kappalab.immunization.protocols import PROTOCOL_CLASSES
-    from kappalab.reproduce.table1 import steps_per_epoch
+    from kappalab.reproduce.table1.run import steps_per_epoch
 
     limit_threads(int(params.get("threads", 1)))
     a, b, seed = int(params["a"]), int(params["b"]), int(params["seed"])

@@ -1,5 +1,6 @@
 """Table 1's fixed names and numbers: the paper's reference values, the methods' labels and order (one place, read by
-the command, :mod:`kappalab.reproduce.table1`, and its selection report, :mod:`kappalab.reproduce.table1_selection`)."""
+the command, :mod:`kappalab.reproduce.table1.cli`, its report, :mod:`.report`, and its selection report,
+:mod:`.selection`)."""
 
 from __future__ import annotations
 

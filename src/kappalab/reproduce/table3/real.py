@@ -13,7 +13,7 @@
 * Every method record holds the three RIR estimators (:func:`kappalab.estimators.estimate_all` on the held-out
   features of theta_0 and theta_I), the singular values of the four held-out feature matrices, and utility measured
   without kappa (:func:`utility`); the held-out features themselves are kept under the work folder
-  (``features.npz``), from which :mod:`kappalab.reproduce.table3_real_store` builds the committed store.
+  (``features.npz``), from which ``experiments/table3_real_store.py`` builds the committed store.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..deep import CombinedLoader, ImmunizableModel, accuracy, extract_features, immunize, linear_probe_curve
-from ..deep.metrics import probe_iterations_to_loss
-from ..deep.task import Task
-from ..provenance import provenance
-from ..results import RunStore
-from .identity import identity
-from .table3 import _calibration, objective_config, train_config
-from .table3_config import resolved
-from .table3_real_data import Parts, draw_parts
+from ...deep import CombinedLoader, ImmunizableModel, accuracy, extract_features, immunize, linear_probe_curve
+from ...deep.metrics import probe_iterations_to_loss
+from ...deep.task import Task
+from ...provenance import provenance
+from ...results import RunStore
+from ..identity import identity
+from .config import resolved
+from .real_data import Parts, draw_parts
+from .run import _calibration, objective_config, train_config
 
 ARCH = "efficientnet_lite0"
 CLASSES = 10
@@ -61,8 +61,8 @@ class RealData:
 
 def load_real_data(cfg: dict[str, Any]) -> tuple[nn.Module, RealData]:
     """The pretrained network (float64, eval mode) and the cached trunk activations of both tasks' parts."""
-    from ..deep.efficientnet import WEIGHTS_SHA256, load_efficientnet_lite0
-    from ..deep.trunk import cached_trunk
+    from ...deep.efficientnet import WEIGHTS_SHA256, load_efficientnet_lite0
+    from ...deep.trunk import cached_trunk
 
     net = load_efficientnet_lite0(dtype=torch.float32)
     parts, X, y, trunk = {}, {}, {}, {}
@@ -98,7 +98,7 @@ def fit_head(F: torch.Tensor, y: torch.Tensor, l2: float, max_iter: int = 300) -
 
 def build_task(net: nn.Module, data: RealData, cfg: dict[str, Any]) -> Task:
     """The :class:`~kappalab.deep.task.Task` of one direction and protocol (theta_0 as in the module docstring)."""
-    from ..deep.trunk import split_tail
+    from ...deep.trunk import split_tail
 
     def fresh() -> ImmunizableModel:
         copy_ = copy.deepcopy(net)
@@ -162,7 +162,7 @@ def singular_values(F: np.ndarray) -> list[float]:
 
 def run_real(cfg: dict[str, Any], store: RunStore, work: Path, seeds: list[int], methods: list[str]) -> list[str]:
     """Run every missing ``init`` and method record of ``cfg``'s direction and protocol; returns their keys."""
-    from ..estimators import estimate_all
+    from ...estimators import estimate_all
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
     net, data = load_real_data(cfg)

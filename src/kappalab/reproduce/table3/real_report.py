@@ -1,4 +1,4 @@
-"""The real-network rows of Table 3 (:mod:`kappalab.reproduce.table3_real`): running them and their table.
+"""The real-network rows of Table 3 (:mod:`kappalab.reproduce.table3.real`): running them and their table.
 
 :func:`run_and_report` runs what ``kappalab reproduce table3 --arch efficientnet_lite0`` asked for (unless
 ``--aggregate-only``) and writes ``table_<protocol>.md`` for the direction from the records alone
@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..deep.methods import METHOD_LABELS, METHODS
-from ..results import RunStore, format_mean_std, mean_std
+from ...deep.methods import METHOD_LABELS, METHODS
+from ...results import RunStore, format_mean_std, mean_std
 
 ESTIMATORS = ("exact", "groups", "authors")
 ESTIMATOR_LABELS = {"exact": "exact (all held-out)", "groups": "ours, 20 groups of 100",
@@ -81,8 +81,8 @@ def real_table(records: list[dict[str, Any]], title: str) -> str:
 
 def run_and_report(call) -> int:
     """Run the missing records of the call's direction and protocol (unless ``--aggregate-only``) and write the
-    table. ``call``: a checked :class:`kappalab.reproduce.table3_cli.Call`."""
-    from ..data.fetch import cache_dir
+    table. ``call``: a checked :class:`kappalab.reproduce.table3.cli.Call`."""
+    from ...data.fetch import cache_dir
 
     args, cfg, out = call.args, call.cfg, call.out
     store = RunStore(out / "runs.jsonl")
@@ -90,7 +90,7 @@ def run_and_report(call) -> int:
         records = [r for r in store.records() if r["task"] == cfg["name"] and r["protocol"] == cfg["protocol"]
                    and r["seed"] in call.seeds]
     else:
-        from .table3_real import run_real
+        from .real import run_real
 
         work = Path(args.work) if args.work else cache_dir() / "table3-real" / "work"
         with store.lock():

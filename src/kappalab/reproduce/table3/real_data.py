@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..data.fashion_mnist import load_fashion_mnist
-from ..data.mnist import MnistData, load_digits
+from ...data.fashion_mnist import load_fashion_mnist
+from ...data.mnist import MnistData, load_digits
 
 DATASETS = ("mnist", "fashion-mnist")
 PARTS = ("train", "heldout", "test")

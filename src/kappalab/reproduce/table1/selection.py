@@ -31,7 +31,7 @@ from kappalab.immunization.trajectory import identity_losses
 from kappalab.reproduce.identity import sha256_arrays
 from kappalab.results import MEAN_STD_CONVENTION, format_mean_std, mean_std, to_jsonable, write_report
 
-from .table1_constants import HINTS, LABELS, PAPER_TABLE1
+from .constants import HINTS, LABELS, PAPER_TABLE1
 
 #: variant -> (view selected on, view reported on)
 VARIANTS = {"paper": ("full", "full"), "validation": ("val", "test"), "test_on_test": ("test", "test")}

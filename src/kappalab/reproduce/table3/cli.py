@@ -10,7 +10,7 @@ Modes:
   ``results/table3_quick``). ``--calibrate`` prints the gradient norms at theta_0 behind the lambdas.
   ``--search`` runs Appendix C.2's selection of the lambdas and epochs on a train/validation split of the training
   data (config block ``search``;
-  :func:`kappalab.reproduce.table3.run_search`, :mod:`kappalab.deep.search`), writing ``search.jsonl``,
+  :func:`kappalab.reproduce.table3.search.run_search`, :mod:`kappalab.deep.search`), writing ``search.jsonl``,
   ``search.md`` and ``search_selected.json``; the selected values are then entered in the config by hand.
 * ``--arch resnet18|vit --smoke``: the paper's code path (timm model, dummy layer, CombinedLoader, checkpoints,
   both RIR estimators, Figure 3's probe) with random weights on MNIST digits at 224 x 224, on the CPU (needs
@@ -20,7 +20,7 @@ Modes:
   data-parallel). Config ``table3_<arch>_<harmful>.json``; outputs under ``results/table3/<arch>_<harmful>``.
 * ``--arch efficientnet_lite0 --harmful mnist|fashion-mnist`` (runs here, on the CPU, with ``scripts/setup_deep.sh``):
   Table 3 on a real pretrained network, ImageNet EfficientNet-Lite0 with a frozen cached trunk, D_P the other of
-  Fashion-MNIST / MNIST (:mod:`kappalab.reproduce.table3_real`); weights and data are fetched and verified by
+  Fashion-MNIST / MNIST (:mod:`kappalab.reproduce.table3.real`); weights and data are fetched and verified by
   kappalab. Config ``table3_efficientnet_lite0_<harmful>.json``; ``table_<name>_<protocol>.md`` under ``--out``.
 
 ``--protocol paper|official`` (default ``paper``): ``paper`` follows the paper's text (Eq. 11 with Eq. 18's ``H~``,
@@ -31,7 +31,7 @@ which names with a reason whatever of their code the config does not follow. The
 identity, so both protocols can share one ``--out`` (the official protocol's table and figure are
 ``table_official.md`` and ``figure3_official.png``/``.pdf``); every record carries both RIR estimators.
 
-Configs are the shipped ``table3_<name>.json`` (schema: :mod:`kappalab.reproduce.table3_config`) or ``--config
+Configs are the shipped ``table3_<name>.json`` (schema: :mod:`kappalab.reproduce.table3.config`) or ``--config
 FILE``; ``--set KEY=VALUE`` overrides any value. Every (seed, method) is one record with provenance in an
 append-only ``runs.jsonl``, keyed ``<task>/seed<s>/<method>.<hash>`` by its run identity (resolved config, data
 identity, options: :mod:`kappalab.reproduce.identity`); finished records are never redone, and an interrupted
@@ -104,7 +104,7 @@ class Call:
 def prepare(argv: list[str]) -> Call:
     """Parse and check the command line and load the config (a UsageError / ConfigError names the argument)."""
     from kappalab.configs import parse_set
-    from kappalab.reproduce.table3_config import load_table3_config
+    from kappalab.reproduce.table3.config import load_table3_config
 
     args = build_parser().parse_args(argv)
     if args.proxy == bool(args.arch):
@@ -161,6 +161,6 @@ def prepare(argv: list[str]) -> Call:
 def main(argv: list[str]) -> int:
     """Command-line entry point (see the module docstring)."""
     call = prepare(argv)
-    from kappalab.reproduce.table3 import run
+    from kappalab.reproduce.table3.call import run
 
     return run(call)

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from kappalab.configs import CONFIG_DIR, ConfigError, read, set_dotted
 
-#: the keys of the ``search`` block (kappalab.reproduce.table3.run_search reads them)
+#: the keys of the ``search`` block (kappalab.reproduce.table3.search.run_search reads them)
 SEARCH_KEYS = ("seed", "val_fraction", "max_epochs", "acc_tolerance", "multipliers", "readings", "lambda_H_offsets",
                "lambda_H_extra_offsets", "lambda_P_offsets", "lambda_kappa_offsets", "lambda_imma_offsets",
                "rir_groups", "rir_group_size")
@@ -80,7 +80,7 @@ class Table3Config:
     # the smoke configuration of the deep-net path (``--smoke``)
     random_weights: bool = False  #: timm's random init (pretrained=False, no hub) instead of ``--weights``
     smoke_per_class: dict[str, int] | None = None  #: images per digit class in the made train/ and test/ folders
-    # the real network (--arch efficientnet_lite0: kappalab.reproduce.table3_real)
+    # the real network (--arch efficientnet_lite0: kappalab.reproduce.table3.real)
     pretrain_data: str | None = None  #: D_P's dataset ("fashion-mnist" or "mnist"); ``harmful`` is D_H's
     trunk_cut: str | None = None  #: "blocks.k": the trunk (cached) ends before blocks[k]
     image_size: int | None = None  #: the 28 x 28 images are resized to image_size x image_size

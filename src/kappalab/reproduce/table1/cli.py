@@ -24,7 +24,6 @@ of overrides) and ``--set KEY=VALUE`` change values for every method, ``--set ou
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import os
 import time
@@ -36,15 +35,16 @@ import numpy as np
 from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
                                   data_errors, positive_int, seed, unique)
 from kappalab.configs import read_overrides
-from kappalab.results import MEAN_STD_CONVENTION, format_mean_std, mean_std
+from kappalab.results import MEAN_STD_CONVENTION
 
-from .table1_constants import ALL, HINTS, LABELS, ORDER, PAPER_TABLE1
+from .constants import ALL, HINTS, ORDER, PAPER_TABLE1
+from .report import csv_rows, figure, markdown, summarize
+from .run import config_of, data_identity_of, probe, run_one, steps_per_epoch, task_of
 
 SELECTIONS = ("none", "paper", "validation")
 QUICK_EPOCHS = {"paper": 3, "official": 2}
 QUICK_PROBE_ITERS = 50
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
-METRICS = ("term_i", "term_ii", "rir")
 
 
 def positive_float(text: str) -> float:
@@ -116,227 +116,6 @@ def method_overrides(overrides: dict[str, Any], method: str) -> dict[str, Any]:
     out.update({k.split(".", 1)[1]: v for k, v in overrides.items() if k.split(".")[0] == method})
     return out
 
-
-# ---- data and one run ----------------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=4)
-def task_of(protocol: str, data_csv: str | None, n_rows: int):
-    """Table 1's task (cached per process)."""
-    from kappalab.immunization import house_prices_task
-
-    return house_prices_task(protocol, data_csv, n_official=n_rows)
-
-
-def data_identity_of(task) -> dict[str, str]:
-    """The task's data identity: its name and the sha256 of the four arrays a run reads."""
-    from kappalab.reproduce.identity import data_identity
-
-    return data_identity(task.name, {"X_P": task.X_P, "y_P": task.y_P, "X_H": task.X_H, "y_H": task.y_H})
-
-
-def probe(theta: np.ndarray, bias: np.ndarray | None, task, iters: int, target: float) -> dict[str, Any]:
-    """Eq. 16 curves on D_P and D_H and the iterations to ``target``."""
-    from kappalab.immunization import exact_line_search_gd, features
-
-    out: dict[str, Any] = {}
-    for which, X, y in (("P", task.X_P, task.y_P), ("H", task.X_H, task.y_H)):
-        c = exact_line_search_gd(features(theta, X, bias), y, iters, target)
-        out[which] = {"curve": c.norm_ratio, "iters_to_norm_ratio": c.iters_to_norm_ratio,
-                      "iters_to_excess_loss": c.iters_to_excess_loss, "final_norm_ratio": float(c.norm_ratio[-1])}
-    return out
-
-
-def config_of(protocol: str, name: str, overrides: dict[str, Any]):
-    """The config of a Table 1 row: ``table1_<protocol>_<name>.json`` (a method of :data:`ORDER` or a hint
-    baseline of :data:`HINTS`) with ``overrides``."""
-    from kappalab.immunization import load_config
-
-    return load_config(f"table1_{protocol}_{name}", overrides)
-
-
-def steps_per_epoch(task, cfg, processes: int) -> int:
-    """Optimizer steps per epoch: the engine's batches (one full batch under the paper protocol), or the
-    ``processes``-rank data-parallel run's (:func:`kappalab.immunization.data_parallel.steps_per_epoch`).
-    ValueError when a rank's shard holds less than one batch."""
-    import torch
-
-    from kappalab.immunization import data_parallel
-    from kappalab.immunization.protocols import make_protocol
-
-    if processes > 1:
-        return data_parallel.steps_per_epoch(task, cfg, processes)
-    return 1 if cfg.batch_size is None else len(make_protocol(task, cfg, "cpu").epoch_order(torch.Generator()))
-
-
-def emulation(processes: int, task, cfg) -> dict[str, Any] | None:
-    """The record's description of an N-process run (None for one process)."""
-    if processes == 1:
-        return None
-    return {"function": "kappalab.immunization.data_parallel.immunize_data_parallel", "world_size": processes,
-            "sampler": "torch DistributedSampler, seed 0, paired (D_P, D_H) rows", "float32_inputs": True,
-            "gradients": "mean over ranks", "steps_per_epoch": steps_per_epoch(task, cfg, processes)}
-
-
-def run_one(params: dict[str, Any]) -> dict[str, Any]:
-    """Sweep worker: train (``processes`` > 1: the data-parallel emulation), evaluate, save theta_I / bias / probe
-    curves (and the trajectory) under ``OUT/runs/<key>/``. The evaluation, probes and trajectory read the task's
-    float64 rows for every run (the data-parallel run trains on the rows rounded to float32)."""
-    from kappalab.immunization import evaluate, immunize
-    from kappalab.immunization.data_parallel import immunize_data_parallel
-    from kappalab.immunization.protocols import PROTOCOL_CLASSES
-    from kappalab.immunization.trajectory import TrajectoryRecorder
-
-    cfg = config_of(params["protocol"], params["method"], params["overrides"])
-    task = task_of(params["protocol"], params["data_csv"], int(cfg.get("n_rows")))
-    processes = int(params.get("processes", 1))
-    recorder = TrajectoryRecorder(task, steps_per_epoch(task, cfg, processes),
-                                  bias=PROTOCOL_CLASSES[cfg.protocol].has_bias) if params.get("trajectory") else None
-    if processes > 1:
-        run = immunize_data_parallel(task, cfg, params["seed"], world_size=processes, device=params["device"],
-                                     observer=recorder)
-    else:
-        run = immunize(task, cfg, params["seed"], device=params["device"], progress=False, observer=recorder)
-    folder = Path(params["out"]) / "runs" / params["key"]
-    folder.mkdir(parents=True, exist_ok=True)
-    if recorder is not None:
-        np.savez_compressed(folder / "trajectory.npz", **recorder.arrays())
-    np.save(folder / "theta.npy", run.theta_I)
-    if run.bias is not None:
-        np.save(folder / "bias.npy", run.bias)
-    pr = probe(run.theta_I, run.bias, task, params["probe_iters"], params["probe_target"])
-    for which in ("P", "H"):
-        np.save(folder / f"probe_{which}.npy", pr[which].pop("curve"))
-    return {
-        "protocol": cfg.protocol, "method": params["method"], "seed": params["seed"], "epochs": cfg.epochs,
-        "eta": cfg.eta, "data": params["data"], "selection": "none", "processes": processes,
-        "emulation": emulation(processes, task, cfg),
-        "evaluation": evaluate(run, task, shift=float(cfg.get("shift"))),
-        "probing": pr, "wall_time_s": run.wall_time_s, "n_steps": run.n_steps,
-        "degenerate_count": run.degenerate_count,
-        "history": {k: [v[0], v[-1]] for k, v in run.history.items()},
-        "files": {"theta_I": f"runs/{params['key']}/theta.npy",
-                  "trajectory": f"runs/{params['key']}/trajectory.npz" if recorder is not None else None,
-                  "bias": f"runs/{params['key']}/bias.npy" if run.bias is not None else None,
-                  "probe": {w: f"runs/{params['key']}/probe_{w}.npy" for w in ("P", "H")}},
-        "config_files": list(cfg.source),
-    }
-
-
-# ---- aggregation -------------------------------------------------------------------------------------------------
-
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per method, over seeds, every reported number (:data:`~kappalab.results.MEAN_STD_CONVENTION`)."""
-    summary: dict[str, Any] = {}
-    for method in ALL:
-        rs = [r for r in records if r["method"] == method]
-        if not rs:
-            continue
-        s: dict[str, Any] = {"n_seeds": len(rs), "seeds": sorted(r["seed"] for r in rs)}
-        for d in ("pinv", "shifted"):
-            s[d] = {m: mean_std([r["evaluation"][d][m] for r in rs]) for m in METRICS}
-        s["sensitivity"] = {d: {k: mean_std([r["evaluation"]["sensitivity"][d][k]["rir"] for r in rs])
-                                for k in rs[0]["evaluation"]["sensitivity"][d]} for d in ("pinv", "shifted")}
-        s["probing"] = {w: {k: [r["probing"][w][k] for r in rs] for k in ("iters_to_norm_ratio",
-                                                                          "iters_to_excess_loss")}
-                        for w in ("P", "H")}
-        s["wall_time_s"] = mean_std([r["wall_time_s"] for r in rs])
-        s["degenerate_count"] = sum(r["degenerate_count"] for r in rs)
-        summary[method] = s
-    return summary
-
-
-def _pm(ms: tuple[float, float]) -> str:
-    return format_mean_std(*ms)
-
-
-def _iters(values: list[int | None], cap: int) -> str:
-    return ", ".join(str(v) if v is not None else f">{cap}" for v in values)
-
-
-def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
-    """table1_<protocol>.md: both kappa definitions next to the paper, sensitivity, probing, timing."""
-    n = meta.get("processes", 1)
-    lines = [f"# Table 1 reproduction, protocol `{meta['protocol']}`"
-             + (f", {n} processes (the shipped data-parallel config, emulated: trained on the rows rounded to "
-                f"float32, evaluated on the float64 rows)" if n > 1 else ""), "",
-             f"Seeds {meta['seeds']}, epochs {meta['epochs']}, device {meta['device']}, "
-             f"total wall time {meta['total_wall_time_s']:.1f} s (load average at start {meta['load_average']}).",
-             f"Data: {meta['data_label']}. Run keys end in the run identity's hash (runs_{meta['protocol']}.jsonl).",
-             f"Numbers: {MEAN_STD_CONVENTION}.",
-             "Paper columns: Table 1 of the paper, copied as a reference only (CLAIMS.md).", ""]
-    for d, what in (("pinv", "kappa = lambda_max / smallest eigenvalue above rtol * lambda_max (core)"),
-                    ("shifted", "kappa from eigvalsh(H + shift I), eigenvalues > shift kept (official code)")):
-        lines += [f"## kappa definition `{d}`: {what}", "",
-                  "| Method | (i) ↑ | (ii) ↓ | RIR ↑ | paper (i) | paper (ii) | paper RIR |",
-                  "|---|---|---|---|---|---|---|"]
-        for m, s in summary.items():
-            p = PAPER_TABLE1[HINTS.get(m, m)]
-            lines.append(f"| {LABELS[m]} | " + " | ".join(_pm(s[d][k]) for k in METRICS) + " | "
-                         + " | ".join(_pm(p[k]) for k in METRICS) + " |")
-        lines.append("")
-    lines += ["## Sensitivity of RIR (mean ± std over seeds) to the zero-eigenvalue tolerance", "",
-              f"Base rtol = {meta['rtol']:.3g}, base shift = {meta['shift']:.3g}.", "",
-              "| Method | pinv rtol×0.1 | pinv rtol×1 | pinv rtol×10 | shifted ×0.1 | shifted ×1 | shifted ×10 |",
-              "|---|---|---|---|---|---|---|"]
-    for m, s in summary.items():
-        sp, ss = s["sensitivity"]["pinv"], s["sensitivity"]["shifted"]
-        lines.append(f"| {LABELS[m]} | {_pm(sp['rtol_x0.1'])} | {_pm(s['pinv']['rir'])} | {_pm(sp['rtol_x10'])} | "
-                     f"{_pm(ss['shift_x0.1'])} | {_pm(s['shifted']['rir'])} | {_pm(ss['shift_x10'])} |")
-    cap = meta["probe_iters"]
-    lines += ["", f"## Linear probing (exact line search GD from w = 0): iterations until the Eq. 16 norm ratio "
-              f"<= {meta['probe_target']:g} (per seed; >{cap} = not reached)", "",
-              "| Method | D_P | D_H |", "|---|---|---|",
-              f"| Identity | {_iters([meta['identity_probe']['P']['iters_to_norm_ratio']], cap)} | "
-              f"{_iters([meta['identity_probe']['H']['iters_to_norm_ratio']], cap)} |"]
-    for m, s in summary.items():
-        lines.append(f"| {LABELS[m]} | {_iters(s['probing']['P']['iters_to_norm_ratio'], cap)} | "
-                     f"{_iters(s['probing']['H']['iters_to_norm_ratio'], cap)} |")
-    lines += ["", "## Training time per run (s, mean ± std)", "", "| Method | wall time | degenerate steps |",
-              "|---|---|---|"]
-    for m, s in summary.items():
-        lines.append(f"| {LABELS[m]} | {_pm(s['wall_time_s'])} | {s['degenerate_count']} |")
-    return "\n".join(lines) + "\n"
-
-
-def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (method, kappa definition, metric): mean, std, paper mean, paper std."""
-    return [{"method": m, "kappa_definition": d, "metric": k, "mean": s[d][k][0], "std": s[d][k][1],
-             "n_seeds": s["n_seeds"], "paper_mean": PAPER_TABLE1[HINTS.get(m, m)][k][0],
-             "paper_std": PAPER_TABLE1[HINTS.get(m, m)][k][1]}
-            for m, s in summary.items() for d in ("pinv", "shifted") for k in METRICS]
-
-
-def figure(out: Path, records: list[dict[str, Any]], identity_curves: dict[str, np.ndarray], protocol: str) -> None:
-    """Figure 1: mean (over seeds) Eq. 16 norm ratio vs. iterations on D_P and D_H, PNG and PDF."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, which in zip(axes, ("P", "H")):
-        curves = {"identity": [identity_curves[which]]}
-        for r in records:
-            curves.setdefault(r["method"], []).append(np.load(out / r["files"]["probe"][which]))
-        for name in ("identity",) + ALL:
-            if name not in curves:
-                continue
-            n = min(len(c) for c in curves[name])
-            mean = np.mean([c[:n] for c in curves[name]], axis=0)
-            ax.semilogy(np.arange(n), np.maximum(mean, 1e-300), label=LABELS[name],
-                        linestyle="--" if name == "identity" else "-")
-        ax.set_title(f"Norm ratio on D_{which} ({protocol} protocol)")
-        ax.set_xlabel("iteration of exact-line-search GD")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel(r"$\|w_t - w^*\|^2 / \|w_0 - w^*\|^2$")
-    axes[1].legend()
-    fig.tight_layout()
-    for ext in ("png", "pdf"):
-        fig.savefig(out / f"figure1_{protocol}.{ext}", dpi=150)
-    plt.close(fig)
-
-
-# ---- main --------------------------------------------------------------------------------------------------------
 
 @command("kappalab reproduce table1")
 def main(argv: list[str]) -> int:
@@ -442,7 +221,7 @@ def main(argv: list[str]) -> int:
                          markdown(summary, meta), csv_rows(summary))
             figure(out, rs, identity_curves, f"{args.protocol}{tag}{suffix}")
         if args.trajectory:
-            from kappalab.reproduce.table1_selection import write_selection
+            from .selection import write_selection
 
             grid = [r for r in pool if r["files"].get("trajectory")]
             write_selection(out, grid, args.selection, args.protocol, data_record, tag)

@@ -1,0 +1,97 @@
+"""``kappalab reproduce table3``: Table 3's markdown and Figure 3 from the run records alone."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...deep import METHOD_LABELS, METHODS
+from ...results import format_mean_std, mean_std
+from .constants import LAMBDA_OF
+
+
+def fmt_weight(x: float) -> str:
+    """A weight (lambda) or learning rate as written in the tables: 3 significant digits."""
+    return f"{x:.3g}"
+
+
+def _ms(values: list[float], fmt: str = "{:.3f}") -> str:
+    return format_mean_std(*mean_std(values), fmt)
+
+
+def aggregate(records: list[dict[str, Any]], out: Path, title: str, suffix: str = "") -> str:
+    """``table<suffix>.md`` and ``figure3<suffix>.png``/``.pdf`` from the records alone; returns the table's
+    markdown (``suffix``: ``""`` for the paper protocol, ``"_official"`` for the other, so that both protocols'
+    tables live side by side in one output folder)."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault(r["method"], []).append(r)
+    seeds = sorted({r["seed"] for r in records})
+    both = all("rir_authors" in r for r in records if r["method"] != "init")  # stores before issue 18: ours only
+    lines = [f"### {title.replace(chr(10), '; ')}", "", f"Seeds: {seeds} (mean ± sample std over seeds). Eq. 17 "
+             "estimated as in the paper (mean over random groups of training samples) and exact (all training "
+             "samples at once), with our kappa (pseudo-inverse: largest over smallest nonzero eigenvalue of H~, a "
+             "measure of conditioning)" + ("; and with the authors' (max over min of the eigenvalues of H~ + 1e-6 "
+                                           "I above 1e-6: where D_hid exceeds the group size, a measure of the "
+                                           "largest eigenvalue's scale, see kappalab.deep.metrics)." if both else
+                                           "."), "",
+             "| Method | (i) ↑ est. | (ii) ↓ est. | RIR_θ0 ↑ est. | (i) exact | (ii) exact | RIR_θ0 exact | "
+             + ("authors' (i) est. | authors' (ii) est. | authors' RIR_θ0 est. | authors' RIR_θ0 exact | "
+                if both else "") + "D_P test acc. (%) | wall (s) |",
+             "|---|---|---|---|---|---|---|" + ("---|---|---|---|" if both else "") + "---|---|"]
+    if "init" in by:
+        lines.append("| Init. θ0 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | " + ("1.0 | 1.0 | 1.0 | 1.0 | " if both else "")
+                     + f"{_ms([100 * r['dp_test_acc'] for r in by['init']], '{:.2f}')} | "
+                     f"{_ms([r['wall_s'] for r in by['init']], '{:.0f}')} |")
+    for m in METHODS:
+        if m not in by:
+            continue
+        rs = by[m]
+
+        def g(k: str, key: str = "rir") -> str:
+            return _ms([r[key][k] for r in rs])
+
+        authors = (" | ".join(g(k, "rir_authors") for k in ("est_i", "est_ii", "est_rir", "exact_rir")) + " | "
+                   if both else "")
+        lines.append(f"| {METHOD_LABELS[m]} | {g('est_i')} | {g('est_ii')} | {g('est_rir')} | "
+                     f"{g('exact_i')} | {g('exact_ii')} | {g('exact_rir')} | {authors}"
+                     f"{_ms([100 * r['dp_test_acc'] for r in rs], '{:.2f}')} | "
+                     f"{_ms([r['wall_s'] for r in rs], '{:.0f}')} |")
+    conf = next((r["provenance"]["config"] for r in records if r["method"] != "init"), None)
+    if conf is not None:
+        ep = conf.get("method_epochs") or {}
+        lines += ["", f"Settings: protocol {conf.get('protocol', 'paper')}; lr " + fmt_weight(conf["eta"]) + "; " + "; ".join(
+            f"{METHOD_LABELS[m]}: " + ", ".join(f"{w} = {fmt_weight(conf[w])}" for w in LAMBDA_OF[m])
+            + f", {ep.get(m, conf['epochs'])} epochs" for m in METHODS if m in by) + "."]
+    table = "\n".join(lines) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"table{suffix}.md").write_text(table)
+    _figure(by, out, title, suffix)
+    return table
+
+
+def _figure(by: dict[str, list[dict[str, Any]]], out: Path, title: str, suffix: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for m in ["init", *METHODS]:
+        if m not in by:
+            continue
+        curves = 100 * np.asarray([r["probe_curve"] for r in by[m]])
+        x, mu, sd = np.arange(curves.shape[1]), curves.mean(0), curves.std(0)
+        ax.plot(x, mu, label="Init. θ0" if m == "init" else METHOD_LABELS[m], ls="--" if m == "init" else "-")
+        ax.fill_between(x, mu - sd, mu + sd, alpha=0.2)
+    ax.set_xlabel("linear-probing epochs (full-batch GD) on D_H")
+    ax.set_ylabel("D_H test accuracy (%)")
+    ax.set_title("\n".join(textwrap.fill(line, 75) for line in title.split("\n")), fontsize=8)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(out / f"figure3{suffix}.{ext}", dpi=150)
+    plt.close(fig)

@@ -37,12 +37,6 @@ def _known_spectrum(values: list[float], seed: int = 0) -> torch.Tensor:
     return torch.as_tensor(Q @ np.diag(values) @ Q.T)
 
 
-def test_protocol_names_agree_with_the_linear_tables() -> None:
-    from kappalab.immunization import PROTOCOLS as LINEAR
-
-    assert PROTOCOLS == tuple(LINEAR)
-
-
 def test_official_regularizers_use_k_equal_to_the_given_width() -> None:
     """Spectrum (4, 3, 2, 1, 0.5): ||S||_F^2 = 30.25; the shifted rule's s_max = 4 + 1e-6, s_min = 0.5 + 1e-6."""
     S = _known_spectrum([4.0, 3.0, 2.0, 1.0, 0.5])

@@ -20,6 +20,10 @@ from typing import Any, Iterable, Mapping
 #: The folder of the shipped configs (inside the installed package).
 CONFIG_DIR = Path(str(resources.files(__name__)))
 
+#: The two protocols every table runs under: ``"paper"`` (the paper's text) and ``"official"`` (the authors' public
+#: code), here once (a module without torch, so that the command lines and Table 3's config loader need none).
+PROTOCOLS: tuple[str, ...] = ("paper", "official")
+
 
 class ConfigError(ValueError):
     """A config file or override is invalid; the message names the key and the file (or ``--set``)."""

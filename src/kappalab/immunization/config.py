@@ -20,13 +20,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
-from kappalab.configs import CONFIG_DIR, ConfigError, read, set_dotted
+from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, read, set_dotted
 from kappalab.kappa import DEFAULT_SHIFT
 
 Method = Literal["ours", "rill_only", "imma", "opt_kappa", "opt_kappa_log"]
 Protocol = Literal["paper", "official"]
 METHODS: tuple[str, ...] = ("ours", "rill_only", "imma", "opt_kappa", "opt_kappa_log")
-PROTOCOLS: tuple[str, ...] = ("paper", "official")
 
 __all__ = ["CONFIG_DIR", "EXTRA", "FIELDS", "METHODS", "PROTOCOLS", "MethodConfig", "load_config", "table1_config"]
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
                                   data_errors, positive_int, seed, unique)
-from kappalab.configs import read_overrides
+from kappalab.configs import PROTOCOLS, read_overrides
 from kappalab.results import MEAN_STD_CONVENTION
 
 from .constants import ALL, HINTS, ORDER, PAPER_TABLE1
@@ -60,7 +60,7 @@ def positive_float(text: str) -> float:
 
 def build_parser() -> Parser:
     ap = Parser(prog="kappalab reproduce table1", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--protocol", choices=("paper", "official"), default="paper")
+    ap.add_argument("--protocol", choices=PROTOCOLS, default="paper")
     ap.add_argument("--seeds", type=seed, nargs="+", default=None, help="default 0 1 2 3 4 (--quick: 0)")
     ap.add_argument("--epochs", type=positive_int, default=None, help="override the config's epochs")
     ap.add_argument("--methods", nargs="+", choices=ALL, default=list(ORDER),

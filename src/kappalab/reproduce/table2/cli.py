@@ -12,6 +12,7 @@ import numpy as np
 
 from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
                                   data_errors, positive_int)
+from kappalab.configs import PROTOCOLS
 from kappalab.results import RunStore
 
 from . import launcher
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __doc__ as doc
 
     parser = Parser(prog=PROG, description=(doc or "").split("\n\n")[0])
-    parser.add_argument("--protocol", choices=("paper", "official"), default="official")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="official")
     parser.add_argument("--pairs", default=None, help="a-b,... or 'all' (default: all; --quick: 0-1,7-3)")
     parser.add_argument("--seeds", default=None, help="comma-separated seeds >= 0 (default 0,1,2; --quick: 0)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))

@@ -6,6 +6,8 @@ import functools
 
 import numpy as np
 
+from kappalab.configs import PROTOCOLS
+
 from .constants import METHODS
 
 #: the datasets ``--data`` may name (:data:`kappalab.data.mnist.DATASETS`): "mnist" is full MNIST (the
@@ -73,8 +75,8 @@ def table2_config(protocol: str, method: str, overrides=None):
 
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if protocol not in ("paper", "official"):
-        raise ValueError(f"protocol must be 'paper' or 'official', got {protocol!r}")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     return load_config(f"table2_{protocol}_{method}", overrides)
 
 

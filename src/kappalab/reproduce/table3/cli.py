@@ -49,6 +49,7 @@ from typing import Any
 
 from kappalab.cli_options import (RESULTS, Parser, UsageError, check_device, check_out, command, seed as seed_type,
                                   unique)
+from kappalab.configs import PROTOCOLS
 
 #: the method names (kappalab.deep.METHODS; repeated here so that parsing needs no torch, checked by a test)
 METHODS = ("ours", "rill_only", "imma", "opt_kappa")
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--imagenet", help="ImageNet-1k root with train/ and val/ class folders")
     p.add_argument("--harmful-dir", help="Stanford Cars or Country211 root with train/ and test/ class folders")
     p.add_argument("--weights", help="local timm state dict (.safetensors or .pth/.bin) of the model")
-    p.add_argument("--protocol", choices=["paper", "official"], default="paper",
+    p.add_argument("--protocol", choices=PROTOCOLS, default="paper",
                    help="paper: the paper's text (default); official: the authors' public code as read "
                         "(the config's 'official' block)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Mapping
 
-from kappalab.configs import CONFIG_DIR, ConfigError, read, set_dotted
+from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, read, set_dotted
 
 #: the keys of the ``search`` block (kappalab.reproduce.table3.search.run_search reads them)
 SEARCH_KEYS = ("seed", "val_fraction", "max_epochs", "acc_tolerance", "multipliers", "readings", "lambda_H_offsets",
@@ -101,8 +101,6 @@ _REQUIRED = tuple(f.name for f in fields(Table3Config) if f.default is MISSING a
 #: what ``--set`` may name (the protocol is chosen with ``--protocol``)
 OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES if n != "protocol"},
                                "search": {k: None for k in SEARCH_KEYS}}
-#: kappalab.immunization.PROTOCOLS, repeated so that loading a config needs no torch (a test checks they agree)
-PROTOCOLS = ("paper", "official")
 #: fields added with the protocols and the real-network rows: a run's identity holds them only where they differ from
 #: these values, so the run keys of the configs that do not use them are those of the records written before
 IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_eval", "pretrain_data": None,

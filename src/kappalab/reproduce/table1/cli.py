@@ -35,6 +35,7 @@ import numpy as np
 from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
                                   data_errors, positive_int, seed, unique)
 from kappalab.configs import PROTOCOLS, read_overrides
+from kappalab.extremes import eigensolver_option
 from kappalab.results import MEAN_STD_CONVENTION
 
 from .constants import ALL, HINTS, ORDER, PAPER_TABLE1
@@ -155,7 +156,8 @@ def main(argv: list[str]) -> int:
         data_record = {**data, "rows": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}}
         run_configs = {}
         # options a one-process run does not name keep its identity (and key) what it was before --processes
-        call_options = {"device": args.device, "dtype": "float64", "probe_iters": args.probe_iters,
+        call_options = {"device": args.device, "dtype": "float64", **eigensolver_option(args.device),
+                        "probe_iters": args.probe_iters,
                         "probe_target": args.probe_target, **({"trajectory": True} if args.trajectory else {}),
                         **({"processes": args.processes} if args.processes > 1 else {})}
         tag = f"_ddp{args.processes}" if args.processes > 1 else ""

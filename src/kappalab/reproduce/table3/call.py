@@ -15,6 +15,7 @@ import torch
 from ...cli_options import UsageError
 from ...deep import METHODS
 from ...deep.train import world
+from ...extremes import eigensolver_option
 from ...results import RunStore, to_jsonable
 from ..identity import data_identity, identity
 from .config import resolved
@@ -65,7 +66,8 @@ def _run(call) -> int:
         return run_and_report(call)
     data = _data_identity(cfg, args)
     # checkpoints (theta_0 and the immunization's epochs) live under the hash of the config and the data
-    tag = identity(resolved(cfg), data, {"device": args.device, "dtype": "float64"})["hash"]
+    tag = identity(resolved(cfg), data, {"device": args.device, "dtype": "float64",
+                                         **eigensolver_option(args.device)})["hash"]
     work = (Path(args.work) if args.work else out / "work") / tag
     if args.search:
         if not args.proxy or not cfg.get("search") or cfg["protocol"] != "paper":

@@ -19,6 +19,7 @@ from ...deep import (METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig,
 from ...deep.task import Task
 from ...deep.train import world
 from ...errors import DegenerateSpectrumWarning
+from ...extremes import eigensolver_option
 from ...provenance import provenance
 from ...results import RunStore
 from ..identity import identity
@@ -104,7 +105,8 @@ def run_keys(task: Task, cfg: dict[str, Any], data: dict[str, str], seeds: list[
     out = {}
     for s in seeds:
         for m in ["init", *methods]:
-            ident = identity(resolved(cfg), data, {"seed": s, "method": m, "device": task.device, "dtype": "float64"})
+            ident = identity(resolved(cfg), data, {"seed": s, "method": m, "device": task.device, "dtype": "float64",
+                                                   **eigensolver_option(str(task.device))})
             out[s, m] = (f"{task.name}/seed{s}/{m}.{ident['hash']}", ident)
     return out
 

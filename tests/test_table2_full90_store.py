@@ -76,3 +76,16 @@ def test_the_opening_table_is_what_the_records_say():
         if complete:
             means = [np.mean([r["rir"] for r in mine if r["seed"] == s]) for s in complete]
             assert h["statistic"][0] == pytest.approx(np.mean(means), rel=1e-12)
+
+
+def test_a_merged_store_holds_exactly_its_parts_records():
+    """full90/<protocol>/ (written by ``--merge`` from the parts) has the parts' records of that protocol, each as
+    stored in its part (the same key, identity and result), and no other."""
+    merged = sorted(p for p in ROOT.glob("*/runs_*.jsonl") if p.parent.name != "parts")
+    assert merged, "no merged store under full90/"
+    for store in merged:
+        mine = {r["key"]: r for r in map(json.loads, store.read_text().splitlines())}
+        parts = {r["key"]: r for _, r in _records() if store.name == f"runs_{r['params']['protocol']}.jsonl"}
+        assert mine.keys() == parts.keys(), store
+        for key, r in mine.items():
+            assert (r["identity"], r["result"]["gram"]) == (parts[key]["identity"], parts[key]["result"]["gram"]), key

@@ -55,6 +55,20 @@ def test_configs_load_and_hold_enough_held_out_samples(name: str, protocol: str)
     assert (cfg["unfollowed"] is not None) == (protocol == "official")
 
 
+def test_norm_statistics_is_a_setting_and_leaves_the_default_keys_alone() -> None:
+    """``--set norm_statistics=frozen`` enters the run identity's config; the default ("batch") does not (the keys of
+    the stored runs stay theirs); another value is a one-line config error."""
+    from kappalab.configs import ConfigError
+    from kappalab.reproduce.table3.config import resolved
+
+    default = load_table3_config(CONFIGS[0], protocol="paper")
+    frozen = load_table3_config(CONFIGS[0], protocol="paper", overrides={"norm_statistics": "frozen"})
+    assert default["norm_statistics"] == "batch" and "norm_statistics" not in resolved(default)
+    assert resolved(frozen) == {**resolved(default), "norm_statistics": "frozen"}
+    with pytest.raises(ConfigError, match="norm_statistics must be one of"):
+        load_table3_config(CONFIGS[0], protocol="paper", overrides={"norm_statistics": "eval"})
+
+
 def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "kappalab.cli", "reproduce", "table3", *args,

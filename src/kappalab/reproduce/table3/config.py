@@ -89,6 +89,9 @@ class Table3Config:
     head_l2: float | None = None  #: L2 weight of the linear heads / probes fitted by L-BFGS
     probe_target_loss: float | None = None  #: Figure 3's measure: D_H probe iterations to this training loss
     probe_max_iter: int | None = None  #: ... at most this many iterations
+    #: the tail's BatchNorm in training: "batch" (batch statistics, running statistics updated: the paper's
+    #: training) or "frozen" (theta_0's running statistics, never updated): kappalab.deep.ImmunizableModel
+    norm_statistics: str = "batch"
     # the protocol (kappalab.deep.official): "paper" (the paper's text) or "official" (the authors' code)
     protocol: str = "paper"
     transforms: str = "timm_eval"  #: image folders: "timm_eval" (every split) or "authors" (see imagefolder)
@@ -106,8 +109,10 @@ OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES if n != "protocol
 IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_eval", "pretrain_data": None,
                                      "trunk_cut": None, "image_size": None, "per_class": None,
                                      "split_seed_real": None, "head_l2": None, "probe_target_loss": None,
-                                     "probe_max_iter": None}
+                                     "probe_max_iter": None, "norm_statistics": "batch"}
 _BLOCK = set(FIELD_NAMES) - {"protocol"}
+#: the values of ``norm_statistics`` (kappalab.deep.ImmunizableModel)
+NORM_STATISTICS = ("batch", "frozen")
 
 
 def _check_keys(where: str, keys, allowed, prefix: str = "") -> None:
@@ -168,6 +173,9 @@ def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, A
     if missing:
         raise ConfigError(f"config {where}: lacks {missing}")
     out = asdict(Table3Config(**cfg))
+    if out["norm_statistics"] not in NORM_STATISTICS:
+        raise ConfigError(f"config {where}: norm_statistics must be one of {NORM_STATISTICS}, "
+                          f"got {out['norm_statistics']!r}")
     try:
         shown = f"kappalab/configs/{path.resolve().relative_to(CONFIG_DIR.resolve())}"
     except ValueError:

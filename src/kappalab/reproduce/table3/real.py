@@ -105,7 +105,7 @@ def build_task(net: nn.Module, data: RealData, cfg: dict[str, Any]) -> Task:
         trainable, neck = split_tail(copy_, cfg["trunk_cut"])
         return ImmunizableModel(nn.Identity(), trainable, neck, nn.Linear(1, 1, dtype=torch.float64),
                                 copy_.num_features, dummy=cfg["protocol"] == "paper", ridge=cfg["dummy_ridge"],
-                                side=cfg["dummy_side"])
+                                side=cfg["dummy_side"], norm_statistics=cfg["norm_statistics"])
 
     base = fresh()
     head = fit_head(extract_features(base, data.X["P", "train"]), data.y["P", "train"], cfg["head_l2"])

@@ -40,8 +40,10 @@ def test_report_ratios_from_its_own_timings(tmp_path: Path) -> None:
     r = json.loads(out.read_text())
     assert r["steps_by_tasks"] == {"2": 4, "1": 4}
     assert r["wall_over_products_strict"] == pytest.approx(100 / r["products_strict_s"])
-    # the count (4 GEMMs a step for every method) is the two-task step time times all steps
-    assert r["products_uniform_s"] > r["products_strict_s"] > 0
+    # the count (4 GEMMs a step for every method): the two-task step time times all steps; which of the two
+    # counts is larger depends on the timings (a one-task step may time slower on a loaded machine): not asserted
+    assert r["products_uniform_s"] > 0 and r["products_strict_s"] > 0
+    assert r["wall_over_products_uniform"] == pytest.approx(100 / r["products_uniform_s"])
     assert r["products_and_adam_s"] > 0
 
 

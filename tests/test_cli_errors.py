@@ -130,11 +130,19 @@ def test_two_runs_on_one_store_are_refused(tmp_path: Path) -> None:
     assert code == 2 and len(stderr.strip().splitlines()) == 1 and "in use by another run" in stderr, stderr
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT's default disposition, as in a terminal. A test session started in the
+    background by a non-interactive shell (``cmd &``, nohup) inherits SIGINT ignored, and a Python started with it
+    ignored installs no KeyboardInterrupt handler: the sweep would then never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_every_worker_and_says_how_to_resume(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "kappalab.cli", "reproduce", "table1", "--quick", "--out",
                              str(out), "--workers", "2", "--epochs", "200"], cwd=tmp_path, env=_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_default_sigint)
     store = out / "runs_paper.jsonl"
     deadline = time.monotonic() + 120
     # the first run stored: the workers are up and training (each has made its tqdm bars, whose lock once left a

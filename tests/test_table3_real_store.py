@@ -115,3 +115,23 @@ def test_exact_estimator_from_committed_theta_i_features() -> None:
         want = tuple(r["estimates"]["exact"][k] for k in ("term_i", "term_ii", "rir"))
         assert rel < 0.5, f"{r['key']}: the rounding bound ({rel:.2g}) is too loose to test anything"
         np.testing.assert_allclose(got, want, rtol=rel, err_msg=r["key"])
+
+
+def test_scale_test_on_real_features_reads_as_the_page_says() -> None:
+    """scale_test.json (experiments/table3_real_store.py --scale-test on theta_0's held-out features of the real
+    network): a pure x2 rescaling of D_H's features leaves the exact and the group estimators at RIR 1 and reads as
+    4x "immunization" by the authors' estimator (its fixed shift 1e-6 does not scale with the features); shrinking
+    the weakest half of D_H's spectrum by 0.2 (kappa x 25) is seen only by the exact estimator (groups of 100 < D =
+    1280 cannot see the spectrum's lower half). Tolerances: 1e-9 relative where the arithmetic is exact up to
+    rounding of the SVD of float64 features with kappa ~1e8."""
+    store = json.loads((STORE / "scale_test.json").read_text())
+    assert (store["scale"], store["shrink"]) == (2.0, 0.2)
+    doubled, weak = store["doubled"], store["weak_half"]
+    for name in ("exact", "groups"):
+        assert doubled[name]["rir"] == pytest.approx(1.0, rel=1e-9), name
+    assert doubled["authors"]["rir"] == pytest.approx(store["scale"] ** 2, rel=1e-9)
+    assert weak["exact"]["rir"] == pytest.approx(1 / store["shrink"] ** 2, rel=1e-9)
+    assert 1 <= weak["groups"]["rir"] < 1.1 and weak["authors"]["rir"] == pytest.approx(1.0, abs=1e-4)
+    page = " ".join((STORE.parents[1] / "table3.md").read_text().split())  # line breaks as spaces
+    assert "RIR 1.000 (exact), 1.000 (groups), 4.000 (authors')" in page
+    assert f"{weak['exact']['rir']:.1f} (exact), {weak['groups']['rir']:.3f} (groups)" in page

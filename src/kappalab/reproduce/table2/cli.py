@@ -250,7 +250,7 @@ def main(argv: list[str]) -> int:
         check_out(plan.out)
         check_store(plan, spectral_route(plan))
         try:
-            args.merge = launcher.launch(args, argv, plan.out, plan.store_path)
+            args.merge = launcher.launch(args, argv, plan.out, plan.store_path, main)
         except launcher.PartFailed as error:
             print(f"{PROG}: {error}", file=sys.stderr)
             return 1

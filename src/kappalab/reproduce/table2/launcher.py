@@ -17,8 +17,9 @@ resumes every part and then merges.
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kappalab.cli_options import UsageError, positive_int
 
@@ -86,20 +87,20 @@ def part_argv(argv: list[str], k: int, n: int, out: Path) -> list[str]:
     return [*rest, "--shard", f"{k}/{n}", "--out", str(out)]
 
 
-def run_part(argv: list[str]) -> int:
-    """What one array task runs: ``kappalab reproduce table2`` with ``argv``; a status other than 0 is an error
-    (its one line is in the task's log)."""
-    from .cli import main
-
-    status = main(argv)
+def run_part(entry: Callable[[list[str]], int], argv: list[str]) -> int:
+    """What one array task runs: ``entry`` (``kappalab reproduce table2``'s ``main``, handed down by the command
+    line, so that this module does not import it back) with ``argv``; a status other than 0 is an error (its one
+    line is in the task's log)."""
+    status = entry(argv)
     if status != 0:
         raise RuntimeError(f"kappalab reproduce table2 {' '.join(argv)} exited with status {status}")
     return status
 
 
-def launch(args: argparse.Namespace, argv: list[str], out: Path, store: Path) -> list[Path]:
-    """Submit the parts as one job array and wait for them; returns their folders (to merge into ``out``). A part
-    that fails: one line naming it and its log, status 1 (:class:`PartFailed`)."""
+def launch(args: argparse.Namespace, argv: list[str], out: Path, store: Path,
+           entry: Callable[[list[str]], int]) -> list[Path]:
+    """Submit the parts as one job array (each runs ``entry(part_argv)``) and wait for them; returns their folders
+    (to merge into ``out``). A part that fails: one line naming it and its log, status 1 (:class:`PartFailed`)."""
     import submitit
 
     if store.is_file() and store.stat().st_size > 0:
@@ -115,7 +116,8 @@ def launch(args: argparse.Namespace, argv: list[str], out: Path, store: Path) ->
         executor = submitit.AutoExecutor(folder=args.launcher_dir or out / "submitit",
                                          cluster="slurm" if args.launcher == "submitit" else "local")
         executor.update_parameters(name="kappalab-table2", **parameters)
-        jobs = executor.map_array(run_part, [part_argv(argv, k, n, folder) for k, folder in enumerate(folders, 1)])
+        jobs = executor.map_array(functools.partial(run_part, entry),
+                                  [part_argv(argv, k, n, folder) for k, folder in enumerate(folders, 1)])
     except Exception as error:  # no SLURM on this machine, or SLURM refused the parameters
         first = (str(error).strip().splitlines() or [""])[0]
         raise UsageError(f"--launcher {args.launcher}: submitit could not submit the job array "

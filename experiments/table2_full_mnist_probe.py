@@ -1,6 +1,6 @@
 """Full MNIST for Table 2: the rank rule's spectral gap per digit, and the time of one official-protocol run.
 
-Two measurements for issue 13 (nothing here is a committed result; the numbers go to docs/data.md):
+Two measurements for the 10-pair study (nothing here is a committed result; the numbers go to docs/data.md):
 
 * ``gap``: for each digit, the spectrum of K = X^T X (squared singular values of the normalized images,
   :func:`kappalab.reproduce.table2.feature_spectrum`) on full MNIST's training split (all images of the digit)

@@ -5,7 +5,7 @@ table3 --arch efficientnet_lite0 --harmful H --protocol P --out docs/reproductio
 writes ``docs/reproduction/table3/real/tables.md`` (one table per direction and protocol, from the records alone)
 and ``docs/reproduction/table3/real/features.npz`` (theta_0's held-out features of both datasets and theta_I's of
 the runs named with ``--theta-i``, float32, compressed; read from the work folder's per-run ``features.npz``).
-``--scale-test`` then runs issue 26's scale test on theta_0's float64 held-out features (D_P Fashion-MNIST, D_H MNIST:
+``--scale-test`` then runs the scale test on theta_0's float64 held-out features (D_P Fashion-MNIST, D_H MNIST:
 D_H's features x 2, and D_H's weakest half of the spectrum x 0.2, through the three estimators;
 :func:`kappalab.estimators.scale_test`) and writes ``scale_test.json``.
 
@@ -57,7 +57,7 @@ def build(args: argparse.Namespace) -> None:
 
 
 def run_scale_test() -> None:
-    """Issue 26's scale test on theta_0's float64 held-out features; writes scale_test.json."""
+    """The scale test on theta_0's float64 held-out features; writes scale_test.json."""
     cfg = load_table3_config("efficientnet_lite0_mnist")
     net, data = load_real_data(cfg)
     base = build_task(net, data, cfg).theta0(0)

@@ -48,8 +48,11 @@ def build(args: argparse.Namespace) -> None:
         recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         records += recs
         first = recs[0]
-        title = (f"{first['task']}: D_P {first['identity']['config']['pretrain_data']} vs D_H "
-                 f"{first['identity']['config']['harmful']}, protocol {first['protocol']}")
+        config = first["identity"]["config"]
+        frozen = ", the tail's BatchNorm statistics frozen at theta_0" if config.get("norm_statistics") == "frozen" \
+            else ""
+        title = (f"{first['task']}: D_P {config['pretrain_data']} vs D_H {config['harmful']}, protocol "
+                 f"{first['protocol']}{frozen}")
         tables.append(real_table(recs, title))
     (STORE / "tables.md").write_text("\n".join(tables))
     path = write_feature_store(records, Path(args.work), STORE, args.theta_i)

@@ -34,6 +34,12 @@ TABLE2_LR = "lr0.001"  #: Table 4's MNIST learning rate: the key of the stores' 
 
 # ---- readers: (store path, method) -> RIR as mean ± std over n runs, or None (no admissible run) ---------------
 
+def of_runs(values: list[float]) -> MeanStd:
+    """Mean and sample std of some runs' values (std NaN for one run)."""
+    return MeanStd(float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else float("nan"),
+                   len(values))
+
+
 def table1_report(path: Path, method: str) -> MeanStd | None:
     s = json.loads(path.read_text())["summary"].get(method)
     return None if s is None else MeanStd(*s["pinv"]["rir"][:2], s["n_seeds"])
@@ -69,7 +75,7 @@ def table2_headline(protocol: str) -> Callable[[Path, str], MeanStd | None]:
 def table3_runs(path: Path, method: str) -> MeanStd | None:
     rir = [json.loads(line)["rir"]["est_rir"] for line in path.read_text().splitlines()
            if json.loads(line)["method"] == method]
-    return MeanStd(float(np.mean(rir)), float(np.std(rir, ddof=1)), len(rir)) if rir else None
+    return of_runs(rir) if rir else None
 
 
 @dataclass(frozen=True)
@@ -113,8 +119,7 @@ T3_PROXY = Source("table3/runs.jsonl", table3_runs)
 def table3_real_groups(path: Path, method: str) -> MeanStd | None:
     """The real network (D_P Fashion-MNIST, paper protocol), our group estimator: mean ± std over the seeds."""
     rir = [e["rir"] for e in real_estimates("fmnist_vs_mnist", "paper", "groups", method)]
-    return MeanStd(float(np.mean(rir)), float(np.std(rir, ddof=1)) if len(rir) > 1 else float("nan"),
-                   len(rir)) if rir else None
+    return of_runs(rir) if rir else None
 
 
 T3_REAL = Source("table3/real/fmnist_vs_mnist/paper/runs.jsonl", table3_real_groups)
@@ -228,7 +233,7 @@ def table3_real(direction: str, protocol: str, estimator: str) -> Callable[[str]
         if not est:
             return "not run"
         rir = [e["rir"] for e in est]
-        body = MeanStd(float(np.mean(rir)), float(np.std(rir, ddof=1)) if len(rir) > 1 else float("nan"), len(rir))
+        body = of_runs(rir)
         cis = [e["ci95"] for e in est if e["ci95"] is not None]
         hull = " [{:.3g}, {:.3g}]".format(min(c[0] for c in cis), max(c[1] for c in cis)) if cis else ""
         text = body.text("{:.3g}")
@@ -243,7 +248,7 @@ def table3_proxy(path: str, protocol: str, key: str) -> Callable[[str], str]:
         recs = [json.loads(line) for line in (REPRO / "table3" / path).read_text().splitlines()]
         rir = [r[key]["est_rir"] for r in recs if r["method"] == method
                and r["provenance"]["config"].get("protocol", "paper") == protocol]
-        return MeanStd(float(np.mean(rir)), float(np.std(rir, ddof=1)), len(rir)).text("{:.3g}")
+        return of_runs(rir).text("{:.3g}")
     return cell
 
 

@@ -28,6 +28,11 @@ RIR (Eq. 15 and Eq. 17)
     ``RIR = (i) / (ii)``, with ``ref = I`` (Eq. 15, ``H(I) = K``) or a pre-trained ``theta_0`` (Eq. 17):
     :func:`rir_terms`. Immunization wants (i) large and (ii) near or below 1.
 
+    *Direct* names the reference ``theta = I`` in code (``direct_hessian``, ``direct_losses``, ...): linear probing
+    directly on the input data, which Definition 3.1 (a), (b) compares the immunized extractor with. Stored records
+    and files keep the name they were written with, "identity" (``kappa_H_identity``, ``probe_identity_P_*.npy``);
+    the config value ``theta_init = "identity"`` is the identity matrix, and a run's "identity" its hash.
+
 Where a spectrum comes from
     * given: :func:`kappa_of_spectrum` takes the values in any order;
     * a matrix: :func:`spectrum`. A general matrix: its singular values (``svdvals``). A PSD matrix

@@ -86,9 +86,9 @@ class Task:
         self.K_pinv = {w: (Q / lam[None, :]) @ Q.T for w, (Q, lam) in Q_lam.items()}
         self.rank = {w: Q.shape[1] for w, (Q, _) in Q_lam.items()}
         if self.rule == "features":
-            from kappalab.reproduce.table2 import feature_spectrum, rank_of
+            from kappalab.reproduce.table2 import rank_of, stored_spectrum
 
-            self.rank = {w: rank_of(feature_spectrum(X)) for w, X in (("P", self.X_P), ("H", self.X_H))}
+            self.rank = {w: rank_of(stored_spectrum(X)) for w, X in (("P", self.X_P), ("H", self.X_H))}
 
     def theta_eff(self, theta: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         if bias is None:
@@ -104,9 +104,9 @@ class Task:
         X, K = (self.X_P, self.K["P"]) if which == "P" else (self.X_H, self.K["H"])
         if self.rule == "core":
             return float(condition_number(hessian(theta, K), psd=True))
-        from kappalab.reproduce.table2 import feature_spectrum, kappa_at_rank
+        from kappalab.reproduce.table2 import kappa_at_rank, stored_spectrum
 
-        return kappa_at_rank(feature_spectrum(X @ theta), self.rank[which])
+        return kappa_at_rank(stored_spectrum(X @ theta), self.rank[which])
 
 
 def constant_column(X_P: np.ndarray, X_H: np.ndarray) -> tuple[int, float]:

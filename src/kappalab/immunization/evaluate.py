@@ -6,14 +6,12 @@ bias: the official code evaluates those) and ``H(I) = X^T X``; both are formed b
 ``K_aug = [X 1]^T [X 1]``). kappa definitions, the rank rule and the RIR terms: :mod:`kappalab.kappa`; each
 Hessian's spectrum is computed once and serves every ``rtol`` of the sensitivity block and the endpoints.
 
-*Direct* names the reference ``theta = I`` of Eq. 15: linear probing directly on the input data (Definition 3.1
-(a), (b) compare the immunized extractor with it), whose Hessian is ``H(I) = X^T X``. (Records keep their stored
-names for it, ``H_P_identity`` and ``kappa_P_identity``.)
-
-``H(I)`` depends on the data only: the last few data sets' direct Hessians, their eigenvalues under each kappa
-definition and the (augmented) covariance ``K`` of the immunized Hessian ``theta_aug^T K theta_aug`` are kept (keyed
-by the sha256 of X), so that the runs on the same data compute them once (Table 2: X is one digit's images, shared by
-every method, seed and pair with that digit); a kept value is the one the same computation gives (bit for bit).
+The direct Hessian ``H(I) = X^T X`` (*direct*: the reference ``theta = I`` of Eq. 15, :mod:`kappalab.kappa`;
+records name it ``H_P_identity``, ``kappa_P_identity``) depends on the data only: the last few data sets' direct
+Hessians, their eigenvalues under each kappa definition and the (augmented) covariance ``K`` of the immunized Hessian
+``theta_aug^T K theta_aug`` are kept (keyed by the sha256 of X), so that the runs on the same data compute them once
+(Table 2: X is one digit's images, shared by every method, seed and pair with that digit); a kept value is the one
+the same computation gives (bit for bit).
 """
 
 from __future__ import annotations

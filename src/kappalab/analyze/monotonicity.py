@@ -4,8 +4,8 @@ large is it next to Thm 4.3's stated and corrected step bounds?
 Sample (documented defaults; a few CPU-minutes): Table 1, paper protocol (Alg. 1: full batch, no bias, input-side
 preconditioning), seeds 0 and 1, the four methods, the first 100 epochs (= 100 steps) of the committed configs;
 Table 2, official protocol (the store's configs: minibatches of 64, bias, shifted-eigenvalue regularizers), digit
-pairs 0-1 and 7-3, seed 0, the four methods, the first 4 steps of epoch 1 (each measured step costs ~7 CPU-s:
-six 784 x 784 spectral problems). The runs go through
+pairs 0-1 and 7-3, seed 0, the four methods, the first 4 steps of epoch 1 (each measured step solves six
+784 x 784 spectral problems). The runs go through
 :func:`kappalab.immunization.immunize` with an ``observer`` (no second training loop).
 
 Per step ``theta_t -> theta_{t+1}`` (whole task, not the minibatch):

@@ -56,8 +56,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, Callable, NamedTuple
+from types import MappingProxyType, ModuleType
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -257,11 +257,16 @@ def kappa_of_features(F: object, rtol: float | None = None, *, rank: int | None 
 
 # ---- the official code's shifted kappa ----------------------------------------------------------------------------
 
+def shifted_matrix(S: Array, shift: float = DEFAULT_SHIFT) -> Array:
+    """``S + shift I`` (a stack: each matrix), the matrix whose eigenvalues the official rule reads."""
+    return S + shift * eye_like(S, S.shape[-1])
+
+
 def shifted_eigenvalues(S: Array, shift: float = DEFAULT_SHIFT) -> Array:
     """Eigenvalues of ``S + shift I``, ascending (``eigvalsh``; torch: differentiable)."""
     positive_scalar(shift, "shift")
     require_values(S, "S")
-    return namespace(S).linalg.eigvalsh(S + shift * eye_like(S, S.shape[-1]))
+    return namespace(S).linalg.eigvalsh(shifted_matrix(S, shift))
 
 
 def kept_shifted(lam_shifted: Array, shift: float) -> Array:
@@ -331,16 +336,16 @@ def _shifted_rule(lam: Array, *, rtol: float | None, shift: float, dim: int | No
     return RankRule(scalar_like(lam, shift), kept, kept.sum(-1))
 
 
-KAPPA_DEFINITIONS: dict[str, KappaDefinition] = {d.name: d for d in (
+KAPPA_DEFINITIONS: Mapping[str, KappaDefinition] = MappingProxyType({d.name: d for d in (
     KappaDefinition(
         "pinv", "rtol", matrix=lambda S, *, shift: S, eigenvalues=_pinv_eigenvalues, rule=_pinv_rule,
         of_values=lambda lam, *, rtol, shift, dim=None, check=True: _kappa_of_spectrum(
             lam, rtol, None, dim, check, "S", namespace(lam))),
     KappaDefinition(
-        "shifted", "shift", matrix=lambda S, *, shift: S + shift * eye_like(S, S.shape[-1]),
+        "shifted", "shift", matrix=lambda S, *, shift: shifted_matrix(S, shift),
         eigenvalues=lambda S, *, rtol, shift, check: shifted_eigenvalues(S, shift), rule=_shifted_rule,
         of_values=lambda lam, *, rtol, shift, dim=None, check=True: kappa_of_shifted_values(lam, shift, check=check)),
-)}
+)})
 #: the definitions' names, in the order reports list them
 KAPPA_NAMES: tuple[str, ...] = tuple(KAPPA_DEFINITIONS)
 

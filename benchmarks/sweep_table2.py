@@ -43,8 +43,8 @@ from spectral_methods import sync  # benchmarks/ is on sys.path (script or test 
 
 from kappalab.immunization import evaluate, immunize
 from kappalab.immunization.batched import batch_key, group_batches, immunize_batch
-from kappalab.reproduce.table2 import (ALL_PAIRS, METHODS, feature_spectrum, mnist_task, rir_from_spectra,
-                                       rtol_sensitivity, run_spectra, table2_config)
+from kappalab.reproduce.table2 import (ALL_PAIRS, METHODS, mnist_task, rir_from_spectra,
+                                       rtol_sensitivity, run_spectra, stored_spectrum, table2_config)
 
 USES_P = {"ours": True, "opt_kappa": True, "imma": True, "rill_only": False}  #: does the method need Phi_P
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         share.update({i: seconds / len(idx) for i in idx})
         t = time.perf_counter()
         for i, run in zip(idx, runs):
-            data = data_spectra.setdefault(jobs[i][1:], {n: feature_spectrum(getattr(tasks[i], f"X_{n[-1]}"))
+            data = data_spectra.setdefault(jobs[i][1:], {n: stored_spectrum(getattr(tasks[i], f"X_{n[-1]}"))
                                                          for n in ("K_P", "K_H")}) if args.finish != "none" else None
             # theta_I only of the runs --check-single compares (a full-MNIST sweep's would fill the memory)
             results[i] = (run if i < args.check_single else None, finish(tasks[i], run, args.finish, data))

@@ -30,7 +30,7 @@ from kappalab.immunization.paper_step import factor  # noqa: E402
 from kappalab.linear import covariance_factor, ridge_weights  # noqa: E402
 from kappalab.immunization.protocols import make_protocol  # noqa: E402
 from kappalab.reproduce.table2 import table2_config  # noqa: E402
-from kappalab.reproduce.table2.spectra import feature_spectrum, rir_from_spectra, run_spectra  # noqa: E402
+from kappalab.reproduce.table2.spectra import rir_from_spectra, run_spectra, stored_spectrum  # noqa: E402
 
 ROUTES = ("dense", "closed_form")
 METHODS = ("ours", "rill_only")
@@ -100,7 +100,7 @@ _RUNS: dict[tuple[str, str], dict] = {}
 
 
 def _eq15(task: LinearTask, theta: np.ndarray) -> dict:
-    spectra = run_spectra(task, theta, None, {"K_P": feature_spectrum(task.X_P), "K_H": feature_spectrum(task.X_H)})
+    spectra = run_spectra(task, theta, None, {"K_P": stored_spectrum(task.X_P), "K_H": stored_spectrum(task.X_H)})
     return rir_from_spectra(spectra)
 
 

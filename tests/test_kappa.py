@@ -225,6 +225,47 @@ def test_shift_must_be_positive(shift: float) -> None:
         K.kappa_shifted(np.eye(2), shift)
 
 
+# ---- the registry of kappa definitions ---------------------------------------------------------------------------
+
+def test_each_registered_definition_reads_the_exact_kappa_of_its_rule(xp) -> None:
+    """A full-rank PSD 3 x 3 matrix with exact eigenvalues 4, 1/4, 1/16: "pinv" is 4 / (1/16), "shifted" is
+    (4 + shift) / (1/16 + shift). (With a null eigenvalue the shifted rule keeps or drops it by the sign of its
+    rounding: the module docstring's coin flip, which this test must not depend on.)"""
+    values = [Fraction(4), Fraction(1, 4), Fraction(1, 16)]
+    A = xp.asarray(built(values, (3, 3), seed=2))
+    shift = Fraction(1, 2**10)
+    exact = {"pinv": _exact_kappa(values), "shifted": (values[0] + shift) / (values[2] + shift)}
+    for name, d in K.KAPPA_DEFINITIONS.items():
+        got = float(xp.numpy(d.of_matrix(A, shift=float(shift))))
+        # Weyl + solver: each eigenvalue within ~2 * 3 n eps * 4 of the exact one; relative to the smallest, 1/16
+        assert abs(got / float(exact[name]) - 1) <= 2 * (2 * 3 * 3 * EPS * 4) / float(values[2]), (name, got)
+
+
+def test_a_definitions_kappa_is_its_largest_over_its_smallest_kept_value(xp) -> None:
+    """``of_values`` and ``rule`` of each definition describe one rule: kappa is the largest value over the smallest
+    one the rule keeps (eigenvalues given, so nothing but the rule is tested)."""
+    lam = xp.asarray(np.array([1e-20, 3e-7, 2e-3, 0.5, 8.0]))  # ascending
+    for d in K.KAPPA_DEFINITIONS.values():
+        for rtol, shift in ((None, 1e-6), (1e-4, 1e-3)):
+            kept = np.asarray(xp.numpy(d.rule(lam, rtol=rtol, shift=shift).kept), dtype=bool)
+            values = np.asarray(xp.numpy(lam))
+            assert float(xp.numpy(d.of_values(lam, rtol=rtol, shift=shift))) == 8.0 / values[kept].min()
+    pinv, shifted = K.KAPPA_DEFINITIONS["pinv"], K.KAPPA_DEFINITIONS["shifted"]
+    # the rule each one reads: rtol relative to the largest value (default n eps), the shift absolute
+    assert np.asarray(xp.numpy(pinv.rule(lam, rtol=1e-4, shift=1.0).kept)).tolist() == [False, False, True, True, True]
+    assert np.asarray(xp.numpy(shifted.rule(lam, rtol=0.5, shift=1e-6).kept)).tolist() == [False, False, True, True,
+                                                                                            True]
+    assert np.asarray(xp.numpy(shifted.rule(lam, rtol=None, shift=1e-7).kept)).tolist() == [False, True, True, True,
+                                                                                             True]
+
+
+def test_kappa_definition_names_the_registry_and_refuses_other_names() -> None:
+    assert K.KAPPA_NAMES == ("pinv", "shifted")  # the names records and configs store
+    assert {n: K.kappa_definition(n).parameter for n in K.KAPPA_NAMES} == {"pinv": "rtol", "shifted": "shift"}
+    with pytest.raises(ValueError, match=r"^kappa definition must be one of \('pinv', 'shifted'\), got 'svd'$"):
+        K.kappa_definition("svd")
+
+
 # ---- RIR ---------------------------------------------------------------------------------------------------------
 
 def test_rir_terms_are_the_ratios_of_eq_15() -> None:

@@ -207,25 +207,25 @@ def test_a_whole_run_reproduces_the_committed_record(method: str) -> None:
         assert abs(again[name] / record["result"]["gram"][name] - 1) <= RTOL, (name, again[name])
 
 
-# ---- the finish: identity Hessians kept per data ------------------------------------------------------------------
+# ---- the finish: direct Hessians H(I) kept per data ------------------------------------------------------------------
 
-def test_kept_identity_block_gives_the_same_bits() -> None:
-    """evaluate() of a second run on the same data reads H(I), its spectrum and its shifted kappa from the kept
-    block; every number equals a computation with nothing kept, and other data is not served from it."""
-    from kappalab.immunization.evaluate import _IDENTITY, evaluate, identity_hessian
+def test_kept_direct_block_gives_the_same_bits() -> None:
+    """evaluate() of a second run on the same data reads H(I) and its eigenvalues under both kappa definitions from
+    the kept block; every number equals a computation with nothing kept, and other data is not served from it."""
+    from kappalab.immunization.evaluate import _DIRECT, direct_hessian, evaluate
 
     task = _task(0, 1, 0, rows=96)
     rng = np.random.default_rng(5)
     theta, bias = rng.uniform(-0.04, 0.04, (784, 784)), rng.uniform(-0.04, 0.04, 784)
-    _IDENTITY.clear()
+    _DIRECT.clear()
     fresh = evaluate(theta, task, bias=bias)
-    # H(I), its spectrum, its shifted kappa at the shift and at 0.1 and 10 times it (the sensitivity block), and the
-    # augmented covariance [X 1]^T [X 1] of the immunized Hessian
-    assert len(_IDENTITY) == 2 and all(len(e) == 6 for e in _IDENTITY.values())
+    # H(I), its pinv eigenvalues, its shifted eigenvalues at the shift and at 0.1 and 10 times it (the sensitivity
+    # block), and the augmented covariance [X 1]^T [X 1] of the immunized Hessian
+    assert len(_DIRECT) == 2 and all(len(e) == 6 for e in _DIRECT.values())
     kept = evaluate(theta, task, bias=bias)  # served from the block
     assert json.dumps(kept, sort_keys=True) == json.dumps(fresh, sort_keys=True)
     other = _task(2, 3, 0, rows=96)
     evaluate(theta, other, bias=bias)
-    assert len(_IDENTITY) == 4
-    H = identity_hessian(task.X_P)
+    assert len(_DIRECT) == 4
+    H = direct_hessian(task.X_P)
     assert not H.flags.writeable and np.array_equal(H, 0.5 * ((task.X_P.T @ task.X_P) + (task.X_P.T @ task.X_P).T))

@@ -276,15 +276,15 @@ def test_committed_alg1_run_recomputes_with_the_closed_form(pair01: LinearTask) 
     """R_ill Only, pair 0-1, seed 0, lr 0.001, 30 steps: (i), (ii), RIR of the committed record (made by the
     autograd route) to 1e-8 relative (measured 9e-10 and 4e-11), same ranks and degenerate count."""
     from kappalab.immunization import immunize
-    from kappalab.reproduce.table2.spectra import feature_spectrum, rir_from_spectra, run_spectra
+    from kappalab.reproduce.table2.spectra import rir_from_spectra, run_spectra, stored_spectrum
 
     record = next(r for r in map(json.loads, (STORE / "runs_paper_trajectory.jsonl").read_text().splitlines())
                   if r["params"]["method"] == "rill_only" and (r["params"]["a"], r["params"]["b"],
                                                                r["params"]["seed"], r["params"]["eta"]) == (0, 1, 0, 0.001))
     cfg = table2_config("paper", "rill_only", {"extra.spectral_route": "closed_form"})
     run = immunize(pair01, cfg, 0)
-    spectra = run_spectra(pair01, run.theta_I, None, {"K_P": feature_spectrum(pair01.X_P),
-                                                      "K_H": feature_spectrum(pair01.X_H)})
+    spectra = run_spectra(pair01, run.theta_I, None, {"K_P": stored_spectrum(pair01.X_P),
+                                                      "K_H": stored_spectrum(pair01.X_H)})
     again, old = rir_from_spectra(spectra), record["result"]["gram"]
     for m in ("term_i", "term_ii", "rir"):
         assert abs(again[m] / old[m] - 1.0) < 1e-8, m

@@ -1,6 +1,7 @@
 """The README's findings and Table 1's answer table are generated from the committed result files
 (scripts/readme_findings.py) and must equal what those files give today; every link they hold resolves; each
-claim's gist (its cell in the claims table) has at most twelve words; user documents carry no tracker numbers."""
+claim's gist (its cell in the claims table) has at most twelve words; user documents and the source carry no tracker
+numbers."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from kappalab.findings import GIST_WORDS, read_verdicts
 from kappalab.verify import load_registry
 
 ROOT = Path(__file__).resolve().parents[1]
+TRACKER_NUMBER = r"\bissues? #?\d+"  #: "issue 12", "issues #3"
 
 
 @pytest.fixture(scope="module")
@@ -65,4 +67,11 @@ def test_every_claim_has_a_short_gist() -> None:
 @pytest.mark.parametrize("path", ["README.md", "docs/reproduction/table1.md", "docs/reproduction/table2.md",
                                   "docs/reproduction/table3.md", "docs/benchmarks.md", "docs/claims.md"])
 def test_no_tracker_numbers_in_user_documents(path: str) -> None:
-    assert not re.search(r"\bissues? #?\d+", (ROOT / path).read_text(), re.I)
+    assert not re.search(TRACKER_NUMBER, (ROOT / path).read_text(), re.I)
+
+
+def test_no_tracker_numbers_in_the_source() -> None:
+    """A comment or docstring says what it means, not which tracker entry asked for it."""
+    hits = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "src").rglob("*.py"))
+            for n, line in enumerate(p.read_text().splitlines(), 1) if re.search(TRACKER_NUMBER, line, re.I)]
+    assert not hits, hits

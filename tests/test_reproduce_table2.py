@@ -26,7 +26,7 @@ def low_rank_data(rng: np.random.Generator, n: int, d: int, rank: int) -> np.nda
 @pytest.mark.parametrize("n, d", [(12, 30), (30, 12)])
 def test_gram_spectrum_is_the_nonzero_spectrum(rng: np.random.Generator, n: int, d: int) -> None:
     X = low_rank_data(rng, n, d, rank=9)
-    lam = table2.feature_spectrum(X)
+    lam = table2.stored_spectrum(X)
     assert lam.shape == (min(n, d),)
     full = np.linalg.eigvalsh(X.T @ X)
     top = full.max()
@@ -40,8 +40,8 @@ def test_rir_from_spectra_matches_the_core(rng: np.random.Generator) -> None:
     """Without a rank ambiguity (N < D, full row rank) the stored-spectra RIR is the core's Eq. 15."""
     X_P, X_H = rng.standard_normal((10, 25)), rng.standard_normal((10, 25))
     theta = np.eye(25) + 0.3 * rng.standard_normal((25, 25))
-    spectra = {"K_P": table2.feature_spectrum(X_P), "K_H": table2.feature_spectrum(X_H),
-               "H_P": table2.feature_spectrum(X_P @ theta), "H_H": table2.feature_spectrum(X_H @ theta)}
+    spectra = {"K_P": table2.stored_spectrum(X_P), "K_H": table2.stored_spectrum(X_H),
+               "H_P": table2.stored_spectrum(X_P @ theta), "H_H": table2.stored_spectrum(X_H @ theta)}
     ours = table2.rir_from_spectra(spectra)
     core = rir(theta, X_P.T @ X_P, X_H.T @ X_H, rtol=1e-10)
     assert ours["term_i"] == pytest.approx(core.term_i, rel=1e-7)
@@ -54,8 +54,8 @@ def test_rank_from_K_on_rank_deficient_data(rng: np.random.Generator) -> None:
     theta keeps it), which equals the core's Eq. 15 at a tolerance inside the spectral gap."""
     X_P, X_H = low_rank_data(rng, 15, 30, 8), low_rank_data(rng, 15, 30, 11)
     theta = np.eye(30) + 0.2 * rng.standard_normal((30, 30))
-    spectra = {"K_P": table2.feature_spectrum(X_P), "K_H": table2.feature_spectrum(X_H),
-               "H_P": table2.feature_spectrum(X_P @ theta), "H_H": table2.feature_spectrum(X_H @ theta)}
+    spectra = {"K_P": table2.stored_spectrum(X_P), "K_H": table2.stored_spectrum(X_H),
+               "H_P": table2.stored_spectrum(X_P @ theta), "H_H": table2.stored_spectrum(X_H @ theta)}
     ours = table2.rir_from_spectra(spectra)
     assert (ours["rank_P"], ours["rank_H"]) == (8, 11)
     core = rir(theta, X_P.T @ X_P, X_H.T @ X_H, rtol=1e-9)
@@ -196,11 +196,11 @@ def test_feature_spectrum_resolves_kappa_far_beyond_the_eigenvalue_floor(rng: np
     with mpmath.workdps(40):
         exact = sorted((float(x) ** 2 for x in mpmath.svd_r(mpmath.matrix(F.tolist()), compute_uv=False)),
                        reverse=True)[:8]
-    got = table2.feature_spectrum(F)[::-1][:8]
+    got = table2.stored_spectrum(F)[::-1][:8]
     bound = 2 * 8 * np.finfo(np.float64).eps * s[0] / s
     np.testing.assert_array_less(np.abs(got - exact) / exact, bound,
                                  err_msg=f"svd {got!r}\nexact {exact!r}")
-    k = table2.kappa_at_rank(table2.feature_spectrum(F), 8)
+    k = table2.kappa_at_rank(table2.stored_spectrum(F), 8)
     assert k == pytest.approx(exact[0] / exact[7], rel=bound[-1])
     gram = np.sort(np.linalg.eigvalsh(F @ F.T))[::-1]
     assert abs(gram[7] - exact[7]) > 0.1 * exact[7], (gram[7], exact[7])

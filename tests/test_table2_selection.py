@@ -13,7 +13,7 @@ from kappalab.immunization import LinearTask, immunize
 from kappalab.immunization.step_types import Params
 from kappalab.reproduce import table2
 from kappalab.reproduce.table2 import selection
-from kappalab.reproduce.table2.spectra import feature_spectrum, rank_gap, rir_from_spectra
+from kappalab.reproduce.table2.spectra import rank_gap, rir_from_spectra, stored_spectrum
 from kappalab.reproduce.table2.trajectory import PairTrajectory, reduce_parts
 
 
@@ -39,8 +39,8 @@ def test_trajectory_part_metrics_equal_the_direct_spectra(rng: np.random.Generat
     theta = rng.standard_normal((d, d))
     w = rng.standard_normal(d)
     got = PairTrajectory.metrics(theta, w, reduce_parts({"t": (X_P, y_P, X_H)})["t"])
-    direct = rir_from_spectra({"K_P": feature_spectrum(X_P), "K_H": feature_spectrum(X_H),
-                               "H_P": feature_spectrum(X_P @ theta), "H_H": feature_spectrum(X_H @ theta)})
+    direct = rir_from_spectra({"K_P": stored_spectrum(X_P), "K_H": stored_spectrum(X_H),
+                               "H_P": stored_spectrum(X_P @ theta), "H_H": stored_spectrum(X_H @ theta)})
     for m in ("term_i", "term_ii", "rir"):
         assert got[m] == pytest.approx(direct[m], rel=1e-9)
     z = X_P @ theta @ w
@@ -183,7 +183,7 @@ def test_rank_rule_gap_on_the_subset() -> None:
     from kappalab.data.mnist import load_digits, normalize_images
 
     data = load_digits("mnist-subset")
-    gaps = {d: rank_gap(feature_spectrum(normalize_images(data.images[data.labels == d])))[1] for d in range(10)}
+    gaps = {d: rank_gap(stored_spectrum(normalize_images(data.images[data.labels == d])))[1] for d in range(10)}
     assert all(gaps[d] > 17 for d in (0, 1, 5, 9)), gaps
     assert all(gaps[d] < 3 for d in (3, 4, 6, 7, 8)), gaps
     assert gaps[2] == math.inf

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ._backend import Array, eps, eye_like, namespace, to_scalar
 from .errors import DegenerateSpectrumError
 from .regularizers import condition_number
-from .spectral import check_gap_rtol, psd_extremes
+from .spectral import check_gap_rtol, default_gap_rtol, psd_extremes
 from .validation import matrix, same_kind, symmetric
 
 
@@ -131,7 +131,7 @@ def leading_eigenspace(K: object, r: int, *, gap_rtol: float | None = None, rtol
         raise ValueError(f"r = {r} exceeds rank({name}) = {es.rank}: the leading {r}-dimensional eigenspace would "
                          f"include an arbitrary part of {name}'s null space")
     if r < D:
-        gap_rtol = math.sqrt(eps(es.K)) if gap_rtol is None else gap_rtol
+        gap_rtol = default_gap_rtol(es.K) if gap_rtol is None else gap_rtol
         gap = to_scalar(lam[r - 1] - lam[r])
         if not gap > gap_rtol * to_scalar(lam[0]):
             raise DegenerateSpectrumError(

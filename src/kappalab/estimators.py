@@ -55,9 +55,9 @@ KAPPAS: tuple[str, ...] = ("pinv", "authors")
 ESTIMATOR_NAMES: tuple[str, ...] = ("exact", "groups", "authors")
 
 #: the exact estimator's bootstrap runs only when ``n_boot_exact * sum over the four matrices of N D min(N, D)``
-#: (the work of their SVDs, in multiply-adds) stays below this: of the order of a CPU-minute (one 2560 x 1280 SVD,
-#: 4.2e9 of these units, took 0.75 CPU-s on one thread of this project's machine). 200 resamples of 2 x 2560 samples
-#: of 1280 features cost 3.4e12: pass ``n_boot_exact`` ~15, or a larger ``exact_budget``.
+#: (the work of their SVDs, in multiply-adds; one 2560 x 1280 SVD is 4.2e9 of these units) stays below this: about 70
+#: such SVDs. 200 resamples of 2 x 2560 samples of 1280 features cost 3.4e12: pass ``n_boot_exact`` ~15, or a larger
+#: ``exact_budget``.
 EXACT_BOOT_BUDGET = 3e11
 
 #: the expected fraction of distinct rows in a bootstrap resample of N rows, ``1 - (1 - 1/N)^N -> 1 - 1/e``

@@ -118,7 +118,7 @@ BLOCK = 8
 def _potrf_shifted(A: np.ndarray, sigma: float, negate: bool):
     """Lower Cholesky factor of ``sigma I - A`` (``negate``) or ``A - sigma I`` as ``(c, True)`` for
     ``cho_solve``, or ``None`` when it is not positive definite. One ``n x n`` copy, factored in place by LAPACK
-    ``potrf`` on its Fortran-ordered view (SciPy's ``cho_factor`` would copy again: ~1.5x the time at n = 4096)."""
+    ``potrf`` on its Fortran-ordered view (SciPy's ``cho_factor`` would copy the matrix again)."""
     from scipy.linalg import lapack
 
     n = A.shape[0]

@@ -19,11 +19,19 @@ kappa
       eigenvalues: an exact zero eigenvalue of S is computed as ``shift +- O(n eps lambda_1)``, the sign of that
       rounding decides whether it is kept, and when it is, kappa jumps to about ``lambda_1 / shift``. This is the
       official rule reproduced as it is (Table 1's sensitivity block exposes it), not a rank decision.
+    * The registry :data:`KAPPA_DEFINITIONS` (:func:`kappa_definition`) holds both, by the names records and configs
+      store ("pinv", "shifted"), each as a :class:`KappaDefinition`: the matrix its eigenvalues come from, its rule
+      for which are kept, and kappa from them. Every caller that is handed a definition's name uses it whole.
 
 RIR (Eq. 15 and Eq. 17)
     ``(i) = kappa(H_H(theta_I)) / kappa(H_H(ref))``, ``(ii) = kappa(H_P(theta_I)) / kappa(H_P(ref))`` and
     ``RIR = (i) / (ii)``, with ``ref = I`` (Eq. 15, ``H(I) = K``) or a pre-trained ``theta_0`` (Eq. 17):
     :func:`rir_terms`. Immunization wants (i) large and (ii) near or below 1.
+
+    *Direct* names the reference ``theta = I`` in code (``direct_hessian``, ``direct_losses``, ...): linear probing
+    directly on the input data, which Definition 3.1 (a), (b) compares the immunized extractor with. Stored records
+    and files keep the name they were written with, "identity" (``kappa_H_identity``, ``probe_identity_P_*.npy``);
+    the config value ``theta_init = "identity"`` is the identity matrix, and a run's "identity" its hash.
 
 Where a spectrum comes from
     * given: :func:`kappa_of_spectrum` takes the values in any order;
@@ -47,12 +55,13 @@ rank rule carries no gradient).
 from __future__ import annotations
 
 import math
-from types import ModuleType
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from types import MappingProxyType, ModuleType
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from ._backend import Array, eps, eye_like, namespace, to_scalar, to_scalars, unit_scaled
+from ._backend import Array, eps, eye_like, namespace, scalar_like, to_scalar, to_scalars, unit_scaled
 from .validation import matrix, matrix_to_decompose, positive_scalar, require_values, symmetric
 
 #: The official code's shift of the shifted kappa.
@@ -248,11 +257,16 @@ def kappa_of_features(F: object, rtol: float | None = None, *, rank: int | None 
 
 # ---- the official code's shifted kappa ----------------------------------------------------------------------------
 
+def shifted_matrix(S: Array, shift: float = DEFAULT_SHIFT) -> Array:
+    """``S + shift I`` (a stack: each matrix), the matrix whose eigenvalues the official rule reads."""
+    return S + shift * eye_like(S, S.shape[-1])
+
+
 def shifted_eigenvalues(S: Array, shift: float = DEFAULT_SHIFT) -> Array:
     """Eigenvalues of ``S + shift I``, ascending (``eigvalsh``; torch: differentiable)."""
     positive_scalar(shift, "shift")
     require_values(S, "S")
-    return namespace(S).linalg.eigvalsh(S + shift * eye_like(S, S.shape[-1]))
+    return namespace(S).linalg.eigvalsh(shifted_matrix(S, shift))
 
 
 def kept_shifted(lam_shifted: Array, shift: float) -> Array:
@@ -265,12 +279,82 @@ def kappa_shifted(S: object, shift: float = DEFAULT_SHIFT, *, check: bool = True
     module docstring: rounding-level null eigenvalues may be kept). ``check`` raises when none is kept (a host
     sync). Returns a 0-d array or tensor."""
     S = matrix(S, "S", square=True, check=check)
-    lam = shifted_eigenvalues(S, shift)  # ascending
+    return kappa_of_shifted_values(shifted_eigenvalues(S, shift), shift, check=check)
+
+
+def kappa_of_shifted_values(lam: Array, shift: float, *, check: bool = True) -> Array:
+    """:func:`kappa_shifted` from the ascending eigenvalues ``lam`` of ``S + shift I`` (1-d)."""
     kept = kept_shifted(lam, shift)
     if check and not bool(kept[-1]):
         raise ValueError(f"S has no eigenvalue above the shift {shift:g} (it is zero to that tolerance)")
     first = namespace(lam).argmax(kept * 1)  # the smallest kept eigenvalue, found on the device
     return lam[-1] / lam[first]
+
+
+# ---- the registry of kappa definitions --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KappaDefinition:
+    """One rule that reads kappa off a symmetric PSD matrix ``S`` (NumPy or torch; the module docstring defines
+    both). Every field takes the two tolerances by keyword, ``rtol`` (``None``: :func:`default_rtol`) and
+    ``shift``; each definition reads only its :attr:`parameter`."""
+
+    name: str  #: the name records and configs store: "pinv" or "shifted"
+    parameter: str  #: the one tolerance it reads, "rtol" or "shift" (what Table 1's sensitivity block scales)
+    #: ``(S, *, shift) -> M``: the matrix whose eigenvalues the rule reads, ``S`` or ``S + shift I``
+    matrix: Callable[..., Array]
+    #: ``(S, *, rtol, shift, check) -> lam``: the ascending eigenvalues of ``matrix(S)`` as :attr:`of_matrix`
+    #: computes them (pinv: of ``2^-scale S``, kappa being scale-free), with its checks
+    eigenvalues: Callable[..., Array]
+    #: ``(lam, *, rtol, shift, dim) -> RankRule``: which of the ascending eigenvalues ``lam`` of ``matrix(S)`` (or a
+    #: stack, last axis) are kept; ``dim``: the size of ``S`` for the default ``rtol``
+    rule: Callable[..., RankRule]
+    #: ``(lam, *, rtol, shift, dim, check) -> kappa``: the largest over the smallest kept value of one ``lam``
+    of_values: Callable[..., Array]
+
+    def of_matrix(self, S: object, *, rtol: float | None = None, shift: float = DEFAULT_SHIFT,
+                  check: bool = True) -> Array:
+        """kappa of the symmetric PSD ``S`` under this definition: a 0-d array or tensor."""
+        S = matrix_to_decompose(S, "S", square=True, check=check)
+        lam = self.eigenvalues(S, rtol=rtol, shift=shift, check=check)
+        return self.of_values(lam, rtol=rtol, shift=shift, dim=S.shape[-1], check=check)
+
+
+def _pinv_eigenvalues(S: Array, *, rtol: float | None, shift: float, check: bool) -> Array:
+    xp = namespace(S)
+    check_rtol(rtol)
+    return xp.flip(_spectrum(S, True, check, rtol, "S", xp)[0], (0,))
+
+
+def _pinv_rule(lam: Array, *, rtol: float | None, shift: float, dim: int | None = None) -> RankRule:
+    rule = rank_rule(lam, lam[..., -1:], resolve_rtol(rtol, lam, dim))
+    return rule._replace(threshold=rule.threshold[..., 0])
+
+
+def _shifted_rule(lam: Array, *, rtol: float | None, shift: float, dim: int | None = None) -> RankRule:
+    kept = kept_shifted(lam, shift)
+    return RankRule(scalar_like(lam, shift), kept, kept.sum(-1))
+
+
+KAPPA_DEFINITIONS: Mapping[str, KappaDefinition] = MappingProxyType({d.name: d for d in (
+    KappaDefinition(
+        "pinv", "rtol", matrix=lambda S, *, shift: S, eigenvalues=_pinv_eigenvalues, rule=_pinv_rule,
+        of_values=lambda lam, *, rtol, shift, dim=None, check=True: _kappa_of_spectrum(
+            lam, rtol, None, dim, check, "S", namespace(lam))),
+    KappaDefinition(
+        "shifted", "shift", matrix=lambda S, *, shift: shifted_matrix(S, shift),
+        eigenvalues=lambda S, *, rtol, shift, check: shifted_eigenvalues(S, shift), rule=_shifted_rule,
+        of_values=lambda lam, *, rtol, shift, dim=None, check=True: kappa_of_shifted_values(lam, shift, check=check)),
+)})
+#: the definitions' names, in the order reports list them
+KAPPA_NAMES: tuple[str, ...] = tuple(KAPPA_DEFINITIONS)
+
+
+def kappa_definition(name: str) -> KappaDefinition:
+    """The registered definition called ``name``; any other name is a one-line ValueError."""
+    if name not in KAPPA_DEFINITIONS:
+        raise ValueError(f"kappa definition must be one of {KAPPA_NAMES}, got {name!r}")
+    return KAPPA_DEFINITIONS[name]
 
 
 # ---- Eq. 15 / Eq. 17 --------------------------------------------------------------------------------------------

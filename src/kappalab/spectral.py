@@ -43,9 +43,9 @@ counts ``k`` from the ``N x N`` spectrum of ``F F^T`` instead.
 
 ``"auto"`` (:func:`choose_solver`): ``"eigh"`` for torch tensors (any device) and for NumPy matrices with
 ``n < AUTO_TRIDIAG_MIN_N = 128`` (small inputs keep exactly the results of the dense route), ``"tridiag"`` for
-larger NumPy matrices (one thread, OpenBLAS: 1.4x faster than a full ``eigh`` at n = 128, 2x at n = 196-256,
-2.7x at n = 512, about 3x at ``n >= 1024``; see ``docs/benchmarks.md``). Warm-started
-iterative solvers need state across optimizer steps: :class:`kappalab.tracker.ExtremeTracker`.
+larger NumPy matrices (faster than a full ``eigh``: its time against ``eigh`` at each benchmarked shape is in
+docs/benchmarks.md, "What ``solver="auto"`` picks"). Warm-started iterative solvers need state across optimizer
+steps: :class:`kappalab.tracker.ExtremeTracker`.
 """
 
 from __future__ import annotations

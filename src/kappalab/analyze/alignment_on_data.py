@@ -118,13 +118,13 @@ def whitening_rir(X_P: np.ndarray, X_H: np.ndarray, theta: np.ndarray, spectra: 
     ``theta_w^T K theta_w`` (a projector for K_P) in floating point leaves eigenvalues of -1e-13 that the D x D
     route's PSD check rightly rejects; for House Prices the ranks of K are separated from rounding by ~1e13, so the
     two rules agree wherever the D x D one is defined. ``spectra`` may hold precomputed entries."""
-    from kappalab.reproduce.table2 import feature_spectrum, rir_from_spectra
+    from kappalab.reproduce.table2 import rir_from_spectra, stored_spectrum
 
     spectra = dict(spectra or {})
     for name, F in (("K_P", lambda: X_P), ("K_H", lambda: X_H), ("H_P", lambda: X_P @ theta),
                     ("H_H", lambda: X_H @ theta)):
         if name not in spectra:
-            spectra[name] = feature_spectrum(F())
+            spectra[name] = stored_spectrum(F())
     return rir_from_spectra(spectra)["rir"]
 
 
@@ -150,7 +150,7 @@ def table2_rirs(root: Path) -> tuple[dict[tuple[int, int], dict[str, list[float]
 
 def mnist_rows(root: Path) -> tuple[list[dict[str, Any]], str]:
     """One row per ordered digit pair of the Table 2 store."""
-    from kappalab.reproduce.table2 import feature_spectrum, mnist_task
+    from kappalab.reproduce.table2 import mnist_task, stored_spectrum
     from kappalab.reproduce.table2.data import load_dataset
 
     rirs, label = table2_rirs(root)
@@ -166,8 +166,8 @@ def mnist_rows(root: Path) -> tuple[list[dict[str, Any]], str]:
         if d not in digit:
             es = eigensystem(covariance(X), name=f"K(digit {d})")
             theta = whitening_theta(es)
-            digit[d] = {"es": es, "theta_w": theta, "K_spec": feature_spectrum(X), "X": X,
-                        "H_spec_own": feature_spectrum(X @ theta)}
+            digit[d] = {"es": es, "theta_w": theta, "K_spec": stored_spectrum(X), "X": X,
+                        "H_spec_own": stored_spectrum(X @ theta)}
         elif not np.array_equal(digit[d]["X"], X):
             raise ValueError(f"digit {d}: the images differ between pairs")
         return digit[d]

@@ -4,8 +4,8 @@ large is it next to Thm 4.3's stated and corrected step bounds?
 Sample (documented defaults; a few CPU-minutes): Table 1, paper protocol (Alg. 1: full batch, no bias, input-side
 preconditioning), seeds 0 and 1, the four methods, the first 100 epochs (= 100 steps) of the committed configs;
 Table 2, official protocol (the store's configs: minibatches of 64, bias, shifted-eigenvalue regularizers), digit
-pairs 0-1 and 7-3, seed 0, the four methods, the first 4 steps of epoch 1 (each measured step costs ~7 CPU-s:
-six 784 x 784 spectral problems). The runs go through
+pairs 0-1 and 7-3, seed 0, the four methods, the first 4 steps of epoch 1 (each measured step solves six
+784 x 784 spectral problems). The runs go through
 :func:`kappalab.immunization.immunize` with an ``observer`` (no second training loop).
 
 Per step ``theta_t -> theta_{t+1}`` (whole task, not the minibatch):
@@ -86,9 +86,9 @@ class Task:
         self.K_pinv = {w: (Q / lam[None, :]) @ Q.T for w, (Q, lam) in Q_lam.items()}
         self.rank = {w: Q.shape[1] for w, (Q, _) in Q_lam.items()}
         if self.rule == "features":
-            from kappalab.reproduce.table2 import feature_spectrum, rank_of
+            from kappalab.reproduce.table2 import rank_of, stored_spectrum
 
-            self.rank = {w: rank_of(feature_spectrum(X)) for w, X in (("P", self.X_P), ("H", self.X_H))}
+            self.rank = {w: rank_of(stored_spectrum(X)) for w, X in (("P", self.X_P), ("H", self.X_H))}
 
     def theta_eff(self, theta: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         if bias is None:
@@ -104,9 +104,9 @@ class Task:
         X, K = (self.X_P, self.K["P"]) if which == "P" else (self.X_H, self.K["H"])
         if self.rule == "core":
             return float(condition_number(hessian(theta, K), psd=True))
-        from kappalab.reproduce.table2 import feature_spectrum, kappa_at_rank
+        from kappalab.reproduce.table2 import kappa_at_rank, stored_spectrum
 
-        return kappa_at_rank(feature_spectrum(X @ theta), self.rank[which])
+        return kappa_at_rank(stored_spectrum(X @ theta), self.rank[which])
 
 
 def constant_column(X_P: np.ndarray, X_H: np.ndarray) -> tuple[int, float]:

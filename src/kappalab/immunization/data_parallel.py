@@ -1,7 +1,7 @@
 """The shipped config's data-parallel training (``gpus: 2``, Lightning DDP), emulated exactly in one process.
 
-What a ``world_size``-process run of the official protocol does (issue 12, from the authors' public code and
-PyTorch's documented DDP semantics; no code copied):
+What a ``world_size``-process run of the official protocol does (from the authors' public code and PyTorch's
+documented DDP semantics; no code copied):
 
 * the dataset pairs row i of D_P with row i of D_H: one shared index selects both tasks' rows;
 * DDP's ``DistributedSampler`` (torch's own class is used here): in epoch e (counted from 0) a permutation of the

@@ -7,7 +7,7 @@ rule. :class:`Rule` makes one exact (all numbers taken from a :mod:`~kappalab.im
 * an epoch ``e >= 1`` of a run is **admissible** when ``term_ii(e) <= max_term_ii`` (the pre-training task is not
   made harder to probe than at theta = I) and ``loss_P(e) <= (1 + loss_slack) * reference`` (the trained head's
   D_P loss on the view is within ``loss_slack`` of theta = I's: the least-squares head fit on all D_P rows, its
-  loss on the view, :func:`~kappalab.immunization.trajectory.identity_losses`; "test accuracy" for a regression);
+  loss on the view, :func:`~kappalab.immunization.trajectory.direct_losses`; "test accuracy" for a regression);
 * **stopping** picks, per run, among its admissible epochs: ``"max_rir"`` the one with the largest RIR (ties: the
   earliest), ``"first"`` the earliest (stop as soon as the run is immunized and fits D_P);
 * a **learning rate** is chosen per method: the one whose seeds have the largest mean selected RIR, among the

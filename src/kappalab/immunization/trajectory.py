@@ -6,12 +6,13 @@ for each *view* of the task's rows,
 
 * ``term_i``, ``term_ii``, ``rir``: Eq. 15 with the pseudo-inverse kappa of ``H = Phi^T Phi`` taken from the SVD
   of the view's features ``Phi = X theta (+ 1 b^T)`` (:func:`kappalab.kappa.kappa_of_features`, rank rule
-  ``s_i > max(N, D) eps s_1``) against the identity's ``Phi = X``; (i), (ii), RIR by :func:`kappalab.kappa.rir_terms`;
+  ``s_i > max(N, D) eps s_1``) against the direct probe's ``Phi = X`` (theta = I, :mod:`kappalab.kappa`); (i), (ii),
+  RIR by :func:`kappalab.kappa.rir_terms`;
 * ``loss_P``: the trained head's task loss on D_P, ``mean((Phi_P w_P - y_P)^2)`` (the training objective's L(D_P));
 * ``fit_P``: the best linear fit of D_P on the features, ``min_w mean((Phi_P w - y_P)^2)`` (least squares), i.e.
-  what a fresh linear probe could reach; ``fit_P_identity`` is the same at theta = I. (For an invertible theta
-  the two are equal: immunization changes how fast a probe gets there (kappa), not where; fit_P departs from
-  fit_P_identity only when theta loses rank numerically.)
+  what a fresh linear probe could reach; ``fit_P_direct`` (stored as ``fit_P_identity``) is the same at theta = I.
+  (For an invertible theta the two are equal: immunization changes how fast a probe gets there (kappa), not where;
+  fit_P departs from fit_P_direct only when theta loses rank numerically.)
 
 Views (:func:`row_views`): ``full`` (every row, what the paper reports on), and a fixed half/half split of each
 task's rows into ``val`` (selection) and ``test`` (held-out report), drawn once from ``SPLIT_SEED``.
@@ -61,13 +62,13 @@ class ViewData:
     n_P: int
     rtol_P: float
     rtol_H: float
-    kappa_P_identity: float
-    kappa_H_identity: float
-    fit_P_identity: float
+    kappa_P_direct: float
+    kappa_H_direct: float
+    fit_P_direct: float
 
 
 def view_data(task: LinearTask, bias: bool = False) -> dict[str, ViewData]:
-    """Each view's reduced rows and identity references (kappa of ``X^T X`` per task and the D_P fit at theta = I,
+    """Each view's reduced rows and direct references (kappa of ``X^T X`` per task and the D_P fit at theta = I,
     without a bias)."""
     out = {}
     for name, rows in row_views(task).items():
@@ -84,8 +85,8 @@ def view_data(task: LinearTask, bias: bool = False) -> dict[str, ViewData]:
 def epoch_metrics(theta_aug: np.ndarray, w_P: np.ndarray, v: ViewData) -> dict[str, float]:
     """The metrics of one view at one parameter state (``theta_aug = [theta; b^T]`` with a bias, else theta)."""
     A_P, A_H = v.R_P @ theta_aug, v.R_H @ theta_aug  # Phi = Q A: same singular values, same fits
-    t = rir_terms(float(kappa_of_features(A_H, v.rtol_H)), v.kappa_H_identity,
-                  float(kappa_of_features(A_P, v.rtol_P)), v.kappa_P_identity)
+    t = rir_terms(float(kappa_of_features(A_H, v.rtol_H)), v.kappa_H_direct,
+                  float(kappa_of_features(A_P, v.rtol_P)), v.kappa_P_direct)
     # ||Phi_P w - y_P||^2 = ||A_P w - Q^T y_P||^2 + resid_P
     loss = float(np.sum((A_P @ w_P - v.Qty_P) ** 2) + v.resid_P) / v.n_P
     w_star = np.linalg.lstsq(A_P, v.Qty_P, rcond=None)[0]
@@ -93,7 +94,7 @@ def epoch_metrics(theta_aug: np.ndarray, w_P: np.ndarray, v: ViewData) -> dict[s
     return {"term_i": t.term_i, "term_ii": t.term_ii, "rir": t.rir, "loss_P": loss, "fit_P": fit}
 
 
-def identity_losses(task: LinearTask) -> dict[str, float]:
+def direct_losses(task: LinearTask) -> dict[str, float]:
     """theta = I's D_P loss on each view: the least-squares head fit on ALL D_P rows (the training data), its mean
     squared error on the view's rows (on ``full``: the best fit; on ``val``/``test``: that head's error there)."""
     w = np.linalg.lstsq(task.X_P, task.y_P, rcond=None)[0]
@@ -132,11 +133,12 @@ class TrajectoryRecorder:
                 self.values.setdefault(f"{name}.{metric}", []).append(value)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """``epoch`` and ``<view>.<metric>`` arrays, plus each view's identity references (0-d)."""
+        """``epoch`` and ``<view>.<metric>`` arrays, plus each view's direct references (0-d, under their stored
+        names ``<view>.*_identity``)."""
         out = {"epoch": np.asarray(self.epochs, dtype=np.int64)}
         out.update({k: np.asarray(v, dtype=np.float64) for k, v in self.values.items()})
         for name, v in self.views.items():
-            out[f"{name}.fit_P_identity"] = np.asarray(v.fit_P_identity)
-            out[f"{name}.kappa_P_identity"] = np.asarray(v.kappa_P_identity)
-            out[f"{name}.kappa_H_identity"] = np.asarray(v.kappa_H_identity)
+            out[f"{name}.fit_P_identity"] = np.asarray(v.fit_P_direct)
+            out[f"{name}.kappa_P_identity"] = np.asarray(v.kappa_P_direct)
+            out[f"{name}.kappa_H_identity"] = np.asarray(v.kappa_H_direct)
         return out

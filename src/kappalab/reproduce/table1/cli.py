@@ -190,10 +190,10 @@ def main(argv: list[str]) -> int:
         stored = {r["key"]: r for r in store.records() if r["key"] in wanted}
         records = [{"key": job.key, **stored[job.key]["result"], "identity": stored[job.key]["identity"],
                     "provenance": stored[job.key].get("provenance")} for job in jobs]
-        ident = probe(np.eye(task.dim), None, task, args.probe_iters, args.probe_target)
-        identity_curves = {w: ident[w].pop("curve") for w in ("P", "H")}
+        direct = probe(np.eye(task.dim), None, task, args.probe_iters, args.probe_target)  # theta = I
+        direct_curves = {w: direct[w].pop("curve") for w in ("P", "H")}
         for which in ("P", "H"):
-            np.save(data_dir / f"probe_identity_{which}_{args.probe_iters}.npy", identity_curves[which])
+            np.save(data_dir / f"probe_identity_{which}_{args.probe_iters}.npy", direct_curves[which])
         ev0 = records[0]["evaluation"]
         meta = {"protocol": args.protocol, "processes": args.processes, "seeds": list(args.seeds),
                 "methods": args.methods,
@@ -201,7 +201,7 @@ def main(argv: list[str]) -> int:
                 "threads": args.threads, "workers": args.workers,
                 "load_average": [round(x, 2) for x in load] if load else None,
                 "total_wall_time_s": time.perf_counter() - start, "rtol": ev0["rtol"], "shift": ev0["shift"],
-                "probe_iters": args.probe_iters, "probe_target": args.probe_target, "identity_probe": ident,
+                "probe_iters": args.probe_iters, "probe_target": args.probe_target, "identity_probe": direct,
                 "data_label": task.data_label, "data": data_record, "overrides": overrides,
                 "mean_std": MEAN_STD_CONVENTION, "runs_done_this_call": done.completed,
                 "command": ["kappalab", "reproduce", "table1", *argv]}
@@ -221,7 +221,7 @@ def main(argv: list[str]) -> int:
             write_report(out, stem, to_jsonable({"meta": {**meta, "lr": lr}, "summary": summary,
                                                  "paper_reference": PAPER_TABLE1, "runs": rs}),
                          markdown(summary, meta), csv_rows(summary))
-            figure(out, rs, identity_curves, f"{args.protocol}{tag}{suffix}")
+            figure(out, rs, direct_curves, f"{args.protocol}{tag}{suffix}")
         if args.trajectory:
             from .selection import write_selection
 

@@ -97,7 +97,7 @@ def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
             for m, s in summary.items() for d in ("pinv", "shifted") for k in METRICS]
 
 
-def figure(out: Path, records: list[dict[str, Any]], identity_curves: dict[str, np.ndarray], protocol: str) -> None:
+def figure(out: Path, records: list[dict[str, Any]], direct_curves: dict[str, np.ndarray], protocol: str) -> None:
     """Figure 1: mean (over seeds) Eq. 16 norm ratio vs. iterations on D_P and D_H, PNG and PDF."""
     import matplotlib
 
@@ -106,7 +106,7 @@ def figure(out: Path, records: list[dict[str, Any]], identity_curves: dict[str, 
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, which in zip(axes, ("P", "H")):
-        curves = {"identity": [identity_curves[which]]}
+        curves = {"identity": [direct_curves[which]]}
         for r in records:
             curves.setdefault(r["method"], []).append(np.load(out / r["files"]["probe"][which]))
         for name in ("identity",) + ALL:

@@ -27,7 +27,7 @@ import numpy as np
 
 from kappalab.immunization.selection import REPORTED, Rule, at_epoch, select
 from kappalab.immunization.task import LinearTask
-from kappalab.immunization.trajectory import identity_losses
+from kappalab.immunization.trajectory import direct_losses
 from kappalab.reproduce.identity import sha256_arrays
 from kappalab.results import MEAN_STD_CONVENTION, format_mean_std, mean_std, to_jsonable, write_report
 
@@ -93,7 +93,7 @@ def selection_records(runs: Sequence[Mapping[str, Any]], data: Mapping[str, Any]
                       reference: Mapping[str, float]) -> list[dict[str, Any]]:
     """Every selected row (over the complete cells only) and every fixed-epoch row (each cell, with its seeds); see
     the module docstring. ``reference``: theta = I's D_P loss per view
-    (:func:`~kappalab.immunization.trajectory.identity_losses`)."""
+    (:func:`~kappalab.immunization.trajectory.direct_losses`)."""
     complete, _ = complete_cells(runs)
     methods = list(dict.fromkeys(r["method"] for r in runs))
     keys = lambda rs: {f"{r['eta']:g}/s{r['seed']}": r["key"] for r in rs}
@@ -224,7 +224,7 @@ def write_selection(out: Path, records: Sequence[Mapping[str, Any]], variant: st
     tables: every variant is written; ``tag``: ``_ddp<N>`` for N-process runs, so they do not overwrite the
     one-process files of the same folder)."""
     runs = load_runs(out, records)
-    rows = selection_records(runs, data, identity_losses(stored_task(out, data)))
+    rows = selection_records(runs, data, direct_losses(stored_task(out, data)))
     if variant in VARIANTS:
         rows.sort(key=lambda r: r["selection"] != variant)
     partial = complete_cells(runs)[1]

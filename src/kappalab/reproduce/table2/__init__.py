@@ -32,15 +32,15 @@ from .constants import (ALL_PAIRS, METHOD_LABELS, METHODS, PAPER_FIG2_SUCCESS, P
 from .data import data_label, mnist_task, pool_images, table2_config
 from .report import PROBE_COLUMNS, record_route, run_rows, table, write_report
 from .run import SweepPlan, parse_ints, parse_pairs, run_label, run_one
-from .spectra import (SPECTRA, SPECTRA_METHOD, feature_spectrum, kappa_at_rank, rank_of, rir_from_spectra,
-                      rtol_sensitivity, run_spectra)
+from .spectra import (SPECTRA, SPECTRA_METHOD, kappa_at_rank, rank_of, rir_from_spectra, rtol_sensitivity,
+                      run_spectra, stored_spectrum)
 from .tally import pair_log_rir, success_counts
 from kappalab.sweep import run_sweep
 
 __all__ = ["ALL_PAIRS", "METHODS", "METHOD_LABELS", "PAPER_FIG2_SUCCESS", "PAPER_TABLE2", "PROBE_COLUMNS",
            "PROBE_PAIRS", "QUICK_EPOCHS", "QUICK_PAIRS", "SPECTRA", "SPECTRA_METHOD", "SUCCESS_THRESHOLD",
-           "SweepPlan", "build_parser", "check_store", "data_label", "feature_spectrum", "kappa_at_rank",
+           "SweepPlan", "build_parser", "check_store", "data_label", "kappa_at_rank",
            "main", "mnist_task", "rank_of", "pair_log_rir", "parse_ints",
            "parse_pairs", "plan_from_args", "pool_images", "record_route", "rir_from_spectra", "rtol_sensitivity",
            "run_label", "run_one", "run_rows", "run_spectra", "run_sweep", "select_records", "spectral_route",
-           "success_counts", "table", "table2_config", "write_report"]
+           "stored_spectrum", "success_counts", "table", "table2_config", "write_report"]

@@ -10,15 +10,14 @@ the same but for its timings and the ``engine`` it names.
 ``--engine auto`` (the default) picks ``batched`` where it applies and pays: every method's config is one the
 batched engine implements (the official protocol on the ``features`` route, with minibatches of fewer rows than
 features, so not ``--pool 4``: :func:`kappalab.immunization.batched.unsupported`) AND the device is CUDA. On the
-CPU it picks ``single``: torch's CPU batched matmul is slower than one product per run (measured on 2 loaded
-cores: batched steps at 0.32-0.40 of the float64 GEMM rate; per run, batched / single training time = 1.07 on the
-subset's first 16 jobs at 2 epochs and 1.17 on 2 runs at 1 epoch, ``benchmarks/sweep_table2.py --check-single``,
-docs/benchmarks.md). The command prints which engine ran and why.
+CPU it picks ``single``: torch's CPU batched matmul is not faster than one product per run (the measurements, by
+``benchmarks/sweep_table2.py --check-single`` and ``scripts/gpu_check.sh``: docs/benchmarks.md, "The batched
+engine"). The command prints which engine ran and why.
 
 Identity (:func:`.run.identity_options`): the single engine adds nothing to a run's identity (it is the reference:
 its keys are those of earlier stores; no engine field means single); the batched engine adds ``engine: batched`` to
 every run's, every method and device. The two engines compute the same formulas but do not round alike everywhere
-(measured: docs/engines.md), so a store never takes one engine's run for the other's: a sweep started with one
+(docs/engines.md), so a store never takes one engine's run for the other's: a sweep started with one
 engine and resumed with the other trains the second engine's runs anew. The batch size and a batch's other runs
 are not part of the identity: each run's slice is computed alone, whatever else shares its batch
 (``tests/test_table2_engine.py``, ``tests/test_batched.py``).

@@ -2,11 +2,11 @@
 
 Rank tolerance. ``N = 500 < D = 784`` and many pixels are constant over a digit's images (rank(K) is 306 for
 the 1s, 449 for the 0s), so ``K = X^T X`` and ``H(theta) = theta^T K theta`` are singular and kappa needs the
-smallest NONZERO eigenvalue. Each run stores the squared singular values of ``X theta (+ 1 b^T)`` and ``X``
-(:func:`feature_spectrum`, by SVD: accurate far below the ~1e-15 lambda_max floor of any eigenvalue solver): the
-nonzero spectra of H and K without the D - N structural zeros. The headline kappa (:func:`rir_from_spectra`)
-decides the rank k once per split, on K, at ``rtol = N eps`` (NumPy's convention), and uses the same k for
-``H(theta_I)`` (rank(H) = rank(K) for an invertible theta).
+smallest NONZERO eigenvalue. Each run stores the squared singular values of ``X theta (+ 1 b^T)`` and ``X``,
+ascending (:func:`stored_spectrum`, by SVD: accurate far below the ~1e-15 lambda_max floor of any eigenvalue
+solver): the nonzero spectra of H and K without the D - N structural zeros. The headline kappa
+(:func:`rir_from_spectra`) decides the rank k once per split, on K, at ``rtol = N eps`` (NumPy's convention), and
+uses the same k for ``H(theta_I)`` (rank(H) = rank(K) for an invertible theta).
 
 The rank rule, the pseudo-inverse kappa and Eq. 15's terms are :mod:`kappalab.kappa`'s; this module adds Table 2's
 choices: spectra stored ascending, and the rank decided on K and reused for H(theta_I).
@@ -23,10 +23,10 @@ from kappalab import kappa as kp
 from .data import mnist_task
 
 
-def feature_spectrum(F: np.ndarray) -> np.ndarray:
-    """The nonzero spectrum of ``H = F^T F`` (``F = X theta (+ 1 b^T)``; ``F = X``: of ``K``) without its
-    ``|D - N|`` structural zeros, ascending (the stored form): :func:`kappalab.kappa.feature_spectrum`, the
-    ``min(N, D)`` squared singular values of ``F``.
+def stored_spectrum(F: np.ndarray) -> np.ndarray:
+    """The spectrum of ``H = F^T F`` as a Table 2 record stores it (``F = X theta (+ 1 b^T)``; ``F = X``: of ``K``):
+    :func:`kappalab.kappa.feature_spectrum` (the ``min(N, D)`` squared singular values of ``F``, without the
+    ``|D - N|`` structural zeros, descending) sorted ascending, as a NumPy array.
 
     By the SVD of F, not by ``eigvalsh`` of the Gram matrix ``F F^T``: the Gram eigensolver's absolute error is
     ~eps lambda_max, so it cannot resolve an eigenvalue below ~1e-15 lambda_max (kappa > ~1e15), whereas the SVD's
@@ -108,16 +108,16 @@ def data_spectra(a: int, b: int, seed: int, directory: str | None, pool: int, da
                  ) -> dict[str, np.ndarray]:
     """K_P's and K_H's spectra of a task (theta-independent: shared by the four methods' runs in one worker)."""
     task = mnist_task(a, b, seed, directory, pool, dataset)
-    return {name: feature_spectrum(X) for name, X in (("K_P", task.X_P), ("K_H", task.X_H))}
+    return {name: stored_spectrum(X) for name, X in (("K_P", task.X_P), ("K_H", task.X_H))}
 
 
 def run_spectra(task, theta: np.ndarray, bias: np.ndarray | None,
                 data_spectra: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """The four spectra of a run (:data:`SPECTRA`): K_P, K_H (``data_spectra`` when given: they do not depend on
-    theta) and H_P, H_H at ``(theta, bias)``, each by :func:`feature_spectrum`."""
+    theta) and H_P, H_H at ``(theta, bias)``, each by :func:`stored_spectrum`."""
     from kappalab.immunization import features
 
-    data = data_spectra if data_spectra is not None else {"K_P": feature_spectrum(task.X_P),
-                                                          "K_H": feature_spectrum(task.X_H)}
-    return {**data, "H_P": feature_spectrum(features(theta, task.X_P, bias)),
-            "H_H": feature_spectrum(features(theta, task.X_H, bias))}
+    data = data_spectra if data_spectra is not None else {"K_P": stored_spectrum(task.X_P),
+                                                          "K_H": stored_spectrum(task.X_H)}
+    return {**data, "H_P": stored_spectrum(features(theta, task.X_P, bias)),
+            "H_H": stored_spectrum(features(theta, task.X_H, bias))}

@@ -27,7 +27,7 @@ import numpy as np
 
 from kappalab.immunization.task import with_ones_column
 
-from .spectra import feature_spectrum, rir_from_spectra
+from .spectra import rir_from_spectra, stored_spectrum
 
 PARTS = ("train", "validation", "test")
 
@@ -47,7 +47,7 @@ def reduce_parts(parts: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
     (of ``[X 1]`` when the observed runs have a ``bias``), and the spectra of ``K_P``, ``K_H`` (data only: computed
     once per pair and seed, shared by the methods' runs)."""
     return {name: {"X_P": X_P, "y_P": y_P, "R_P": _r_factor(X_P, bias), "R_H": _r_factor(X_H, bias),
-                   "K_P": feature_spectrum(X_P), "K_H": feature_spectrum(X_H), "bias": bias}
+                   "K_P": stored_spectrum(X_P), "K_H": stored_spectrum(X_H), "bias": bias}
             for name, (X_P, y_P, X_H) in parts.items()}
 
 
@@ -88,8 +88,8 @@ class PairTrajectory:
             raise ValueError(f"the parts were reduced with bias={r['bias']}, the observed run has "
                              f"bias={bias is not None}")
         theta_aug = theta if bias is None else np.vstack([theta, bias[None, :]])
-        spectra = {"K_P": r["K_P"], "K_H": r["K_H"], "H_P": feature_spectrum(r["R_P"] @ theta_aug),
-                   "H_H": feature_spectrum(r["R_H"] @ theta_aug)}
+        spectra = {"K_P": r["K_P"], "K_H": r["K_H"], "H_P": stored_spectrum(r["R_P"] @ theta_aug),
+                   "H_H": stored_spectrum(r["R_H"] @ theta_aug)}
         e = rir_from_spectra(spectra)
         z = r["X_P"] @ (theta @ w) + (0.0 if bias is None else float(bias @ w))
         loss = float(np.mean(_softplus(z) - r["y_P"] * z))  # BCE with logits z

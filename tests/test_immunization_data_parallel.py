@@ -46,7 +46,7 @@ def test_one_process_emulation_is_the_engine_with_one_shard() -> None:
     """world_size 1, no shuffle, 200 rows, batches of 50: the same 4 steps per epoch as the engine's unshuffled
     run of the same task (the engine pairs its P and H batches in order too)."""
     cfg = table1_config("official", "ours").replace(epochs=2, batch_size=50)
-    cfg = cfg.replace(extra={**cfg.extra, "shuffle": False})
+    cfg = cfg.with_extra(shuffle=False)
     engine = immunize(_task(), cfg, seed=1)
     emulated = dp.immunize_data_parallel(_task(), cfg, seed=1, world_size=1, float32=False)
     assert emulated.n_steps == engine.n_steps == 8

@@ -322,7 +322,7 @@ def train(proto: Protocol, p: Params, cfg: MethodConfig, schedule: Schedule, des
 def run_of(p: Params, t: Training, cfg: MethodConfig, seed: int, device: str, notes: list[str] | None = None
            ) -> ImmunizationRun:
     """The :class:`ImmunizationRun` of one trained run: its parameters (float64 NumPy) and :func:`train`'s log."""
-    to_np = lambda t: None if t is None else t.detach().cpu().numpy().astype(np.float64)
+    to_np = lambda x: None if x is None else x.detach().cpu().numpy().astype(np.float64)
     return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=t.history(),
                            wall_time_s=t.wall_time_s, n_steps=t.n_steps, degenerate_count=t.degenerate,
                            method=cfg.method, protocol=cfg.protocol, seed=int(seed), device=str(device),

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kappalab.immunization.config import MethodConfig  # noqa: E402
+from kappalab.immunization.config import Extras, MethodConfig  # noqa: E402
 from kappalab.immunization.methods import step_gradients  # noqa: E402
 from kappalab.immunization.protocols import make_protocol  # noqa: E402
 from kappalab.immunization.task import LinearTask  # noqa: E402
@@ -42,7 +42,7 @@ def _cfg(method: str, route: str) -> MethodConfig:
     if method == "rill_only":
         extra["supervised_loss"] = False
     return MethodConfig(method=method, protocol="official", eta=1e-3, lambda_P=0.0 if method == "rill_only" else 1.0,
-                        lambda_H=5e7, epochs=1, batch_size=BATCH, ridge_P=1.0, ridge_H=1e-7, extra=extra)
+                        lambda_H=5e7, epochs=1, batch_size=BATCH, ridge_P=1.0, ridge_H=1e-7, extra=Extras.of(extra))
 
 
 def _setup(method: str, route: str):

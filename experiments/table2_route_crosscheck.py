@@ -32,7 +32,7 @@ def crosscheck(record: dict) -> dict:
     task = mnist_task(p["a"], p["b"], p["seed"], p.get("data_dir"), p.get("pool", 1),
                       p.get("dataset", "mnist-subset"))
     cfg = table2_config(p["protocol"], p["method"], p.get("overrides")).replace(epochs=p["epochs"])
-    cfg = cfg.replace(extra={**cfg.extra, "spectral_route": "gram", "adam_fused": False, "monitor_every": 1})
+    cfg = cfg.with_extra(spectral_route="gram", adam_fused=False, monitor_every=1)
     run = immunize(task, cfg, p["seed"])
     rerun = rir_from_spectra(run_spectra(task, run.theta_I, run.bias))
     stored = record["result"]["gram"]

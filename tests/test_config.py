@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kappalab.configs import CONFIG_DIR, ConfigError, names, parse_set
-from kappalab.immunization.config import EXTRA, MethodConfig, load_config, table1_config
+from kappalab.immunization.config import EXTRA_NAMES, Extras, MethodConfig, load_config, table1_config
 from kappalab.reproduce.table3.config import load_table3_config
 
 LINEAR = [n for n in names() if n.startswith(("table1_", "table2_")) and n.count("_") == 2
@@ -27,9 +27,10 @@ def test_configs_are_package_resources() -> None:
 @pytest.mark.parametrize("name", LINEAR)
 def test_every_linear_config_loads_with_every_value_declared(name: str) -> None:
     cfg = load_config(name)
-    assert set(cfg.extra) <= set(EXTRA) and cfg.source[0].startswith("kappalab/configs/")
+    assert isinstance(cfg.extra, Extras) and cfg.source[0].startswith("kappalab/configs/")
     resolved = cfg.resolved()
-    assert set(resolved["extra"]) == set(EXTRA)  # every value the run reads, defaults filled in
+    assert set(resolved["extra"]) == set(EXTRA_NAMES)  # every value the run reads, defaults filled in
+    assert all(Extras.reason(name) for name in EXTRA_NAMES)
 
 
 def test_table4_is_the_single_source_of_eta_and_lambda_H() -> None:
@@ -68,7 +69,7 @@ def test_set_overrides_with_dotted_keys() -> None:
     over = parse_set(["lambda_H=3e7", "extra.shift=1e-5", "extra.theta_init=identity"])
     assert over == {"lambda_H": 3e7, "extra.shift": 1e-5, "extra.theta_init": "identity"}
     cfg = table1_config("paper", "ours", over)
-    assert cfg.lambda_H == 3e7 and cfg.get("shift") == 1e-5 and cfg.get("theta_init") == "identity"
+    assert cfg.lambda_H == 3e7 and cfg.extra.shift == 1e-5 and cfg.extra.theta_init == "identity"
     assert cfg.reasons["shift"] == "set on the command line (--set)" and cfg.source[-1].startswith("--set")
     with pytest.raises(ConfigError, match="--set lambda_h: unknown key 'lambda_h'"):
         table1_config("paper", "ours", {"lambda_h": 1.0})
@@ -84,12 +85,33 @@ def test_set_overrides_with_dotted_keys() -> None:
         load_table3_config("proxy", overrides={"search.max_epoch": 2})
 
 
-def test_reading_an_undeclared_or_drifted_value_is_an_error() -> None:
+def test_extras_are_typed_and_checked_at_construction(tmp_path: Path) -> None:
     cfg = table1_config("paper", "ours")
-    with pytest.raises(KeyError, match="not declared"):
-        cfg.get("spectral_rout")
-    with pytest.raises(ValueError, match="differs from the declared"):
-        cfg.get("shift", 1e-3)
-    assert cfg.get("shift", 1e-6) == 1e-6 and cfg.get("inner_lr") == cfg.eta
+    with pytest.raises(AttributeError, match="spectral_rout"):
+        cfg.extra.spectral_rout  # an undeclared value cannot be read
+    assert cfg.extra.shift == 1e-6 and cfg.extra.adam_betas == (0.9, 0.999)  # a JSON list, held as the tuple
+    # inner_lr's default is eta, read where it is used, so it follows an eta changed later
+    assert cfg.extra.inner_lr is None and cfg.inner_lr == cfg.eta
+    assert cfg.replace(eta=0.02).inner_lr == 0.02 and cfg.replace(eta=0.02).resolved()["extra"]["inner_lr"] == 0.02
+    assert cfg.with_extra(inner_lr=0.3).replace(eta=0.02).inner_lr == 0.3
+    assert cfg.with_extra(shift=0).extra.shift == 0  # an int where a float is declared is kept as given
+    with pytest.raises(ValueError, match="^extra.shuffle must be a bool, got 'yes'$"):
+        cfg.with_extra(shuffle="yes")
+    with pytest.raises(ValueError, match="^extra.monitor_every must be an int, got True$"):
+        cfg.with_extra(monitor_every=True)
+    with pytest.raises(ValueError, match="^extra.monitor_every must be a positive int, got 0$"):
+        cfg.with_extra(monitor_every=0)
+    with pytest.raises(ValueError, match=r"^extra.adam_betas must be a list of 2 numbers, got \[0.9\]$"):
+        cfg.with_extra(adam_betas=[0.9])
+    with pytest.raises(ValueError, match="^extra.rank_rtol must be a float or null, got 'x'$"):
+        cfg.with_extra(rank_rtol="x")
+    with pytest.raises(ValueError, match="^extra.theta_init must be one of 'torch_linear', 'identity', got 'eye'$"):
+        cfg.with_extra(theta_init="eye")
+    with pytest.raises(ConfigError, match=r"c\.json: extra\.precondition must be a bool, got 'false'"):
+        load_config(_write(tmp_path, {"extra": {"precondition": {"value": "false", "reason": "a string"}}}))
+    with pytest.raises(ConfigError, match=r"--set extra\.shuffle='yes'.*extra\.shuffle must be a bool, got 'yes'"):
+        table1_config("paper", "ours", {"extra.shuffle": "yes"})
     with pytest.raises(ValueError, match="extra: unknown key"):
-        MethodConfig("ours", "paper", 1.0, 1.0, 1.0, 1, None, 0.0, 0.0, extra={"nope": 1})
+        Extras.of({"nope": 1})
+    with pytest.raises(ValueError, match="extra must be an Extras"):
+        MethodConfig("ours", "paper", 1.0, 1.0, 1.0, 1, None, 0.0, 0.0, extra={"shift": 1e-6})

@@ -11,6 +11,8 @@ import torch.multiprocessing as mp
 
 from kappalab.immunization import LinearTask, immunize, table1_config
 from kappalab.immunization import data_parallel as dp
+from kappalab.immunization.protocols import make_protocol
+from kappalab.immunization.step_types import Params
 
 
 def _task(n: int = 200, d: int = 9, n_H: int | None = None) -> LinearTask:
@@ -46,11 +48,34 @@ def test_one_process_emulation_is_the_engine_with_one_shard() -> None:
     """world_size 1, no shuffle, 200 rows, batches of 50: the same 4 steps per epoch as the engine's unshuffled
     run of the same task (the engine pairs its P and H batches in order too)."""
     cfg = table1_config("official", "ours").replace(epochs=2, batch_size=50)
-    cfg = cfg.replace(extra={**cfg.extra, "shuffle": False})
+    cfg = cfg.with_extra(shuffle=False)
     engine = immunize(_task(), cfg, seed=1)
     emulated = dp.immunize_data_parallel(_task(), cfg, seed=1, world_size=1, float32=False)
     assert emulated.n_steps == engine.n_steps == 8
     np.testing.assert_allclose(emulated.theta_I, engine.theta_I, rtol=0, atol=1e-12)
+
+
+def test_the_shared_loop_monitors_and_observes_the_averaged_steps() -> None:
+    """Through the engine's loop (methods.train with the averaging hook): the observer sees step 0 and every
+    averaged step; the whole-task kappa is read at every monitor_every-th epoch and the last, at the parameters
+    after that epoch's step; no term values are logged (each rank's are of its own batch)."""
+    cfg = table1_config("official", "ours").replace(epochs=5).with_extra(monitor_every=2)
+    task = _task()
+    seen: dict[int, Params] = {}
+    copy = lambda t: None if t is None else t.detach().clone()
+    run = dp.immunize_data_parallel(task, cfg, seed=0, world_size=2, observer=lambda k, p: seen.setdefault(
+        k, Params(copy(p.theta), copy(p.bias), copy(p.w_P))))
+    assert run.n_steps == 5 and sorted(seen) == list(range(6))  # one 64-row batch per rank and epoch
+    assert run.history["kappa_epoch"] == [2.0, 4.0, 5.0]
+    assert set(run.history) == {"kappa_P", "kappa_H", "kappa_epoch"}
+    np.testing.assert_array_equal(seen[5].theta.numpy(), run.theta_I)
+    proto = make_protocol(dp.float32_inputs(task), cfg, "cpu")
+    for i, epoch in enumerate((2, 4, 5)):
+        kP, kH = proto.monitor(seen[epoch])
+        assert (float(kP), float(kH)) == (run.history["kappa_P"][i], run.history["kappa_H"][i]), epoch
+        before = proto.monitor(seen[epoch - 1])
+        assert float(before[0]) != run.history["kappa_P"][i]  # the step before would read another kappa
+    assert run.notes == ["data parallel: 2 processes, sampler seed 0"]
 
 
 def test_errors() -> None:

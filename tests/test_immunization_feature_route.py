@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kappalab.immunization import immunize
-from kappalab.immunization.config import MethodConfig
+from kappalab.immunization.config import Extras, MethodConfig
 from kappalab.immunization.methods import TERMS, Term, step_gradients
 from kappalab.immunization.protocols import make_protocol
 from kappalab.immunization.task import LinearTask
@@ -44,7 +44,7 @@ def _cfg(method: str, route: str, **extra_changes) -> MethodConfig:
     if method == "rill_only":
         extra["supervised_loss"] = False
     return MethodConfig(method=method, protocol="official", eta=1e-3, lambda_P=1.0 if method != "rill_only" else 0.0,
-                        lambda_H=10.0, epochs=2, batch_size=8, ridge_P=1.0, ridge_H=1e-2, extra=extra)
+                        lambda_H=10.0, epochs=2, batch_size=8, ridge_P=1.0, ridge_H=1e-2, extra=Extras.of(extra))
 
 
 @pytest.mark.parametrize("seed", [0, 1])

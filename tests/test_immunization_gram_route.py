@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kappalab.dummy_layer import precondition_weight_grad
-from kappalab.immunization.config import MethodConfig
+from kappalab.immunization.config import Extras, MethodConfig
 from kappalab.immunization.protocols import make_protocol
 from kappalab.immunization.spectra import (FeatureGram, gram_extremes_shifted, official_r1, official_r2,
                                            torch_extremes, torch_kappa)
@@ -118,7 +118,7 @@ def _cfg(method: str, route: str, **changes) -> MethodConfig:
     if method == "rill_only":
         extra["supervised_loss"] = False
     base = dict(method=method, protocol="official", eta=1e-3, lambda_P=1.0 if method != "rill_only" else 0.0,
-                lambda_H=10.0, epochs=2, batch_size=8, ridge_P=1.0, ridge_H=1e-2, extra=extra)
+                lambda_H=10.0, epochs=2, batch_size=8, ridge_P=1.0, ridge_H=1e-2, extra=Extras.of(extra))
     base.update(changes)
     return MethodConfig(**base)
 

@@ -61,8 +61,7 @@ def test_seeds_change_the_run_and_the_same_seed_repeats_it(rng):
 def test_ours_raises_kappa_H_and_keeps_kappa_P_lower(rng):
     """From theta = I, a few epochs of Eq. 11 increase kappa(H_H) and leave kappa(H_P) below kappa(H_H)."""
     task = tiny_task(rng)
-    cfg = table1_config("paper", "ours").replace(epochs=60, eta=0.05, extra={
-        **table1_config("paper", "ours").extra, "theta_init": "identity"})
+    cfg = table1_config("paper", "ours").replace(epochs=60, eta=0.05).with_extra(theta_init="identity")
     run = immunize(task, cfg, seed=0)
     kH0 = float(condition_number(task.X_H.T @ task.X_H, psd=True))
     K_H, K_P = task.X_H.T @ task.X_H, task.X_P.T @ task.X_P
@@ -80,7 +79,7 @@ def test_paper_update_equals_core_preconditioned_step(rng):
     task = tiny_task(rng)
     task = LinearTask(np.hstack([task.X_P[:, :5], task.X_P[:, 4:5]]), task.y_P, task.X_H, task.y_H, "mse", "t", "s")
     base = table1_config("paper", "ours")
-    cfg = base.replace(lambda_H=0.0, lambda_P=1.0, ridge_P=1e-3, extra={**base.extra, "supervised_loss": False})
+    cfg = base.replace(lambda_H=0.0, lambda_P=1.0, ridge_P=1e-3).with_extra(supervised_loss=False)
     proto = make_protocol(task, cfg, "cpu")
     p = proto.init_params(0, with_w_H=False)
     grads, _ = step_gradients(proto, p, proto._full, cfg)
@@ -95,7 +94,7 @@ def test_paper_update_equals_core_preconditioned_step(rng):
 def test_official_preconditioning_multiplies_from_the_right_of_theta(rng):
     task = tiny_task(rng)
     base = table1_config("official", "ours")
-    cfg = base.replace(lambda_H=0.0, batch_size=None, extra={**base.extra, "supervised_loss": False})
+    cfg = base.replace(lambda_H=0.0, batch_size=None).with_extra(supervised_loss=False)
     proto = make_protocol(task, cfg, "cpu")
     p = proto.init_params(0, with_w_H=False)
     grads, terms = step_gradients(proto, p, proto._full, cfg)

@@ -9,8 +9,10 @@ torch = pytest.importorskip("torch")
 
 from kappalab.immunization import (exact_line_search_gd, kappa_shifted, load_config, official_r1,  # noqa: E402
                                    official_r2, table1_config)
-from kappalab.immunization.config import CONFIG_DIR  # noqa: E402
+from kappalab.immunization.config import CONFIG_DIR, Extras  # noqa: E402
 from kappalab.immunization.spectra import torch_kappa  # noqa: E402
+
+EXTRA_DEFAULTS = {name: getattr(Extras(), name) for name in Extras.__dataclass_fields__}
 
 
 def psd_from_spectrum(rng, lam):
@@ -88,7 +90,8 @@ def test_every_table1_config_loads_and_cites_table4():
             cfg = table1_config(protocol, method)
             assert cfg.eta == 0.005 and cfg.lambda_H == 1e7
             assert cfg.source[0].endswith("linear_house_prices.json")
-            assert set(cfg.extra) <= set(cfg.reasons) and all(cfg.reasons.values())
+            changed = {n for n in EXTRA_DEFAULTS if getattr(cfg.extra, n) != EXTRA_DEFAULTS[n]}
+            assert changed and changed <= set(cfg.reasons) and all(cfg.reasons.values())  # every value set has a reason
     assert table1_config("paper", "ours").epochs == 1000 and table1_config("official", "ours").epochs == 10
     assert table1_config("paper", "rill_only").lambda_P == 0
     with pytest.raises(ValueError, match="no such file"):

@@ -103,7 +103,7 @@ def test_variants_equal_the_autograd_step(change: str) -> None:
     cfg = load_config("table2_official_imma" if change == "imma_mse" else "table2_official_ours")
     task = _task(2, 5, 0)
     if change == "no_precondition":
-        cfg = cfg.replace(extra={**cfg.extra, "precondition": False})
+        cfg = cfg.with_extra(precondition=False)
     else:
         task = LinearTask(X_P=task.X_P, y_P=task.y_P, X_H=task.X_H, y_H=task.y_H, loss="mse", name=task.name,
                           data_label=task.data_label)
@@ -116,10 +116,10 @@ def test_where_the_closed_form_applies() -> None:
     proto, _, batches = _single(cfg, task, 0)
     assert applies(proto, batches[0], cfg)
     for change in ({"inner_steps": 2}, {"inner_lr": 0.0}):  # the autograd step runs (or refuses) these
-        assert not applies(proto, batches[0], cfg.replace(extra={**cfg.extra, **change}))
+        assert not applies(proto, batches[0], cfg.with_extra(**change))
     for route in ("gram", "dense"):
         cfg = load_config("table2_official_ours")
-        cfg = cfg.replace(extra={**cfg.extra, "spectral_route": route})
+        cfg = cfg.with_extra(spectral_route=route)
         proto, _, batches = _single(cfg, task, 0)
         assert not applies(proto, batches[0], cfg)
     cfg = load_config("table2_paper_ours")
@@ -170,7 +170,7 @@ def test_imma_gradients_equal_a_central_difference_of_its_values() -> None:
     task = LinearTask(X_P=X_P, y_P=(rng.random(8) > 0.5).astype(float), X_H=X_H,
                       y_H=(rng.random(8) > 0.5).astype(float), loss="bce", name="toy", data_label="random")
     cfg = load_config("table2_official_imma").replace(batch_size=4)
-    cfg = cfg.replace(extra={**cfg.extra, "inner_lr": 0.3})  # a large inner step: the second-order terms matter
+    cfg = cfg.with_extra(inner_lr=0.3)  # a large inner step: the second-order terms matter
     proto, p, batches = _single(cfg, task, 0)
     batch = batches[0]
     grads, _ = step_gradients(proto, p, batch.for_step(), cfg)

@@ -216,9 +216,9 @@ def test_cli_errors_are_one_line(capsys, argv, message):
 
 def test_hint_configs_are_the_authors_values():
     cfg = load_config("table1_paper_imma_bilevel30")
-    assert (cfg.method, cfg.get("inner_steps"), cfg.get("inner_lr")) == ("imma", 30, 1e-4)
+    assert (cfg.method, cfg.extra.inner_steps, cfg.inner_lr) == ("imma", 30, 1e-4)
     cfg = load_config("table1_paper_opt_kappa_log")
-    assert (cfg.method, cfg.get("kappa_weight_P"), cfg.get("supervised_loss")) == ("opt_kappa_log", 1e-5, True)
+    assert (cfg.method, cfg.extra.kappa_weight_P, cfg.extra.supervised_loss) == ("opt_kappa_log", 1e-5, True)
 
 
 def test_opt_kappa_log_objective_against_numpy(task):

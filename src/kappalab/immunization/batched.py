@@ -75,9 +75,9 @@ def unsupported(cfg: MethodConfig, n_features: int | None = None) -> str | None:
     implements the official protocol on the ``features`` spectral route, with minibatches of fewer rows than
     features (the Woodbury preconditioning; a batch with at least as many rows as features takes the dense
     ``D x D`` solve, which is not written for stacked runs)."""
-    if cfg.protocol != "official" or cfg.get("spectral_route", "dense") != "features":
+    if cfg.protocol != "official" or cfg.extra.spectral_route != "features":
         return (f"the batched engine implements the official protocol on the 'features' spectral route, got "
-                f"protocol {cfg.protocol!r}, route {cfg.get('spectral_route', 'dense')!r}")
+                f"protocol {cfg.protocol!r}, route {cfg.extra.spectral_route!r}")
     if cfg.batch_size is None:
         return "the batched engine needs minibatches (cfg.batch_size), got None"
     if n_features is not None and cfg.batch_size >= n_features:

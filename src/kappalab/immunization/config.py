@@ -7,8 +7,8 @@ The files are shipped in :mod:`kappalab.configs`:
 * ``table{1,2}_<protocol>[_<method>].json`` name their ``"base"`` and add the protocol/method settings.
 
 A file may hold the fields of :class:`MethodConfig`, ``"base"``, ``"_comment"``, ``"reasons"`` (why a top-level
-value is what it is: ``{"epochs": "..."}``) and ``"extra"``: the named values of :data:`EXTRA`, each written as
-``{"value": ..., "reason": "..."}`` so the reason travels with the number. Anything else is a
+value is what it is: ``{"epochs": "..."}``) and ``"extra"``: values of the fields of :class:`Extras`, each written
+as ``{"value": ..., "reason": "..."}`` so the reason travels with the number. Anything else is a
 :class:`~kappalab.configs.ConfigError` naming the key and the file. A file's keys override its base's (``extra``
 and ``reasons`` entry by entry); overrides (``--set KEY=VALUE``: ``lambda_H=3e7``, ``extra.shift=1e-5``) are
 applied last. :func:`load_config` resolves the chain and returns a frozen :class:`MethodConfig`.
@@ -16,9 +16,11 @@ applied last. :func:`load_config` resolves the chain and returns a frozen :class
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from types import UnionType
+from typing import Any, Literal, Mapping, get_args, get_origin, get_type_hints
 
 from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, read, set_dotted
 from kappalab.kappa import DEFAULT_SHIFT
@@ -27,37 +29,116 @@ Method = Literal["ours", "rill_only", "imma", "opt_kappa", "opt_kappa_log"]
 Protocol = Literal["paper", "official"]
 METHODS: tuple[str, ...] = ("ours", "rill_only", "imma", "opt_kappa", "opt_kappa_log")
 
-__all__ = ["CONFIG_DIR", "EXTRA", "FIELDS", "METHODS", "PROTOCOLS", "MethodConfig", "load_config", "table1_config"]
+__all__ = ["CONFIG_DIR", "EXTRA_NAMES", "Extras", "FIELDS", "METHODS", "PROTOCOLS", "MethodConfig", "load_config",
+           "table1_config"]
 
-Default = Any | Callable[["MethodConfig"], Any]
 
-#: Every ``extra`` value a run may read: name -> (default when a config omits it, what it means). A default may be a
-#: function of the config. Declared once here; :meth:`MethodConfig.get` refuses any other name.
-EXTRA: dict[str, tuple[Default, str]] = {
-    "loss": (None, "the task's loss ('mse' House Prices, 'bce' MNIST); None: the task's own; runners check it"),
-    "adam_betas": ((0.9, 0.999), "Adam's (beta1, beta2)"),
-    "adam_eps": (1e-8, "Adam's eps"),
-    "adam_fused": (False, "torch's fused Adam kernel (same update as the for-loop implementation)"),
-    "monitor_every": (1, "measure the whole task's kappa every this many epochs and at the last"),
-    "supervised_loss": (True, "include L(D_P, omega, theta) in the objective"),
-    "precondition": (True, "precondition the regularizer gradients by (K + ridge I)^-1 (Alg. 1)"),
-    "kappa_weight_P": (1.0, "Opt kappa: weight of kappa(H_P)"),
-    "kappa_weight_H": (1.0, "Opt kappa: weight of kappa(H_H)"),
-    "inner_steps": (1, "IMMA: differentiable inner steps on L(D_H)"),
-    "inner_lr": (lambda cfg: cfg.eta, "IMMA: inner step size (default: eta)"),
-    "shift": (DEFAULT_SHIFT, "the official code's shifted kappa: eigvalsh(S + shift I), eigenvalues > shift kept"),
-    "rank_rtol": (None, "eigenvalues <= rtol * lambda_max count as zero; None: n * eps"),
-    "on_degenerate": ("warn", "a non-unique extreme eigenvalue: 'warn' (count it) or 'raise'"),
-    "spectral_route": ("dense", "'dense', 'gram' or 'features' (official protocol), 'dense' or 'closed_form' (paper "
-                       "protocol); kappalab.immunization.protocols"),
-    "theta_init": ("torch_linear", "'torch_linear' (nn.Linear's default) or 'identity'"),
-    "head_init": ("standard_normal", "'standard_normal' or 'zeros'"),
-    "logits_order": ("features_first", "the task loss's logits: 'features_first' ((X theta) w, the features formed) or "
-                     "'head_first' (X (theta w): two matrix-vector products, the same number up to rounding; paper "
-                     "protocol, for full-batch steps with N >> D)"),
-    "shuffle": (True, "shuffle the minibatches every epoch"),
-    "n_rows": (200, "official protocol: rows of each House Prices split used"),
-}
+def _extra(default: Any, reason: str) -> Any:
+    """A field of :class:`Extras`: its default (when a config omits it) and what it means."""
+    return field(default=default, metadata={"reason": reason})
+
+
+@dataclass(frozen=True)
+class Extras:
+    """Every ``extra`` value a run may read, each declared once here with its type, its default (when a config
+    omits it) and its reason (``Extras.reason(name)``). The types are checked at construction (an int where a
+    float is declared is kept as given, so a run's identity stays what its config file says); a config file naming
+    any other key is a :class:`~kappalab.configs.ConfigError`."""
+
+    loss: str | None = _extra(None, "the task's loss ('mse' House Prices, 'bce' MNIST); None: the task's own; "
+                                    "runners check it")
+    adam_betas: tuple[float, float] = _extra((0.9, 0.999), "Adam's (beta1, beta2)")
+    adam_eps: float = _extra(1e-8, "Adam's eps")
+    adam_fused: bool = _extra(False, "torch's fused Adam kernel (same update as the for-loop implementation)")
+    monitor_every: int = _extra(1, "measure the whole task's kappa every this many epochs and at the last")
+    supervised_loss: bool = _extra(True, "include L(D_P, omega, theta) in the objective")
+    precondition: bool = _extra(True, "precondition the regularizer gradients by (K + ridge I)^-1 (Alg. 1)")
+    kappa_weight_P: float = _extra(1.0, "Opt kappa: weight of kappa(H_P)")
+    kappa_weight_H: float = _extra(1.0, "Opt kappa: weight of kappa(H_H)")
+    inner_steps: int = _extra(1, "IMMA: differentiable inner steps on L(D_H)")
+    inner_lr: float | None = _extra(None, "IMMA: inner step size; None: eta (read it as MethodConfig.inner_lr)")
+    shift: float = _extra(DEFAULT_SHIFT, "the official code's shifted kappa: eigvalsh(S + shift I), eigenvalues > "
+                                         "shift kept")
+    rank_rtol: float | None = _extra(None, "eigenvalues <= rtol * lambda_max count as zero; None: n * eps")
+    on_degenerate: str = _extra("warn", "a non-unique extreme eigenvalue: 'warn' (count it) or 'raise'")
+    spectral_route: str = _extra("dense", "'dense', 'gram' or 'features' (official protocol), 'dense' or "
+                                          "'closed_form' (paper protocol); kappalab.immunization.protocols")
+    theta_init: Literal["torch_linear", "identity"] = _extra("torch_linear", "'torch_linear' (nn.Linear's default) "
+                                                                             "or 'identity'")
+    head_init: Literal["standard_normal", "zeros"] = _extra("standard_normal", "'standard_normal' or 'zeros'")
+    logits_order: Literal["features_first", "head_first"] = _extra(
+        "features_first", "the task loss's logits: 'features_first' ((X theta) w, the features formed) or "
+        "'head_first' (X (theta w): two matrix-vector products, the same number up to rounding; paper protocol, "
+        "for full-batch steps with N >> D)")
+    shuffle: bool = _extra(True, "shuffle the minibatches every epoch")
+    n_rows: int = _extra(200, "official protocol: rows of each House Prices split used")
+
+    def __post_init__(self) -> None:
+        for name, declared in _hints().items():
+            value = getattr(self, name)
+            if not _conforms(value, declared):
+                raise ValueError(f"extra.{name} must be {_described(declared)}, got {value!r}")
+        if isinstance(self.adam_betas, list):  # a JSON array; the same JSON as the tuple, so the same identity
+            object.__setattr__(self, "adam_betas", tuple(self.adam_betas))
+        if self.monitor_every < 1:
+            raise ValueError(f"extra.monitor_every must be a positive int, got {self.monitor_every!r}")
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> "Extras":
+        """The extras named in ``values`` (a config's ``extra`` values), every other one at its default; a name
+        not declared here is a ValueError listing the declared ones."""
+        unknown = sorted(set(values) - set(EXTRA_NAMES))
+        if unknown:
+            raise ValueError(f"extra: unknown key(s) {unknown} (known: {', '.join(sorted(EXTRA_NAMES))})")
+        return cls(**values)
+
+    @staticmethod
+    def reason(name: str) -> str:
+        """What the extra ``name`` means (its declaration's reason)."""
+        return _FIELDS[name].metadata["reason"]
+
+
+@cache
+def _hints() -> dict[str, Any]:
+    return get_type_hints(Extras)
+
+
+def _conforms(value: Any, declared: Any) -> bool:
+    """``value`` is of the declared type (bool is not a number here; an int is a float; a tuple may be a list)."""
+    origin, args = get_origin(declared), get_args(declared)
+    if origin is UnionType:
+        return any(_conforms(value, a) for a in args)
+    if origin is Literal:
+        return isinstance(value, str) and value in args
+    if origin is tuple:
+        return isinstance(value, (tuple, list)) and len(value) == len(args) and \
+            all(_conforms(v, a) for v, a in zip(value, args))
+    if declared is type(None):
+        return value is None
+    if declared is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if declared is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, declared)
+
+
+def _described(declared: Any) -> str:
+    """The declared type in words, for an error message."""
+    origin, args = get_origin(declared), get_args(declared)
+    if origin is UnionType:
+        return " or ".join(_described(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is tuple:
+        return f"a list of {len(args)} numbers"
+    if declared is type(None):
+        return "null"
+    return ("an " if declared.__name__[0] in "aeiou" else "a ") + declared.__name__
+
+
+_FIELDS = {f.name: f for f in fields(Extras)}
+#: the names of the :class:`Extras` a config file may set
+EXTRA_NAMES: tuple[str, ...] = tuple(_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -74,7 +155,7 @@ class MethodConfig:
         batch_size: minibatch size; None = full batch.
         ridge_P: ridge of the preconditioner (K_P + ridge_P I)^-1.
         ridge_H: ridge of the preconditioner (K_H + ridge_H I)^-1.
-        extra: named values of :data:`EXTRA` set by the config files.
+        extra: the :class:`Extras` (set by the config files, the others at their defaults).
         reasons: why each value is what it is (from the config files).
         source: the config files read, base first (and ``--set`` when overrides were applied).
     """
@@ -88,7 +169,7 @@ class MethodConfig:
     batch_size: int | None
     ridge_P: float
     ridge_H: float
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Extras = field(default_factory=Extras)
     reasons: Mapping[str, str] = field(default_factory=dict)
     source: tuple[str, ...] = ()
 
@@ -107,38 +188,36 @@ class MethodConfig:
             raise ValueError(f"epochs must be a positive int, got {self.epochs!r}")
         if self.batch_size is not None and not (isinstance(self.batch_size, int) and self.batch_size >= 1):
             raise ValueError(f"batch_size must be None or a positive int, got {self.batch_size!r}")
-        unknown = sorted(set(self.extra) - set(EXTRA))
-        if unknown:
-            raise ValueError(f"extra: unknown key(s) {unknown} (known: {', '.join(sorted(EXTRA))})")
+        if not isinstance(self.extra, Extras):
+            raise ValueError(f"extra must be an Extras (Extras.of(mapping) builds one), got "
+                             f"{type(self.extra).__name__}")
 
-    def get(self, name: str, default: Any = ...) -> Any:
-        """``extra[name]``, or its declared default (:data:`EXTRA`). ``name`` must be declared; a caller's
-        ``default``, when given, must equal the declared one (so two defaults cannot drift apart)."""
-        if name not in EXTRA:
-            raise KeyError(f"config key extra.{name} is not declared in kappalab.immunization.config.EXTRA")
-        declared = EXTRA[name][0]
-        declared = declared(self) if callable(declared) else declared
-        if default is not ... and default != declared:
-            raise ValueError(f"extra.{name}: the caller's default {default!r} differs from the declared "
-                             f"{declared!r}")
-        return self.extra.get(name, declared)
+    @property
+    def inner_lr(self) -> float:
+        """IMMA's inner step size: ``extra.inner_lr``, or ``eta`` when that is None (its declared default)."""
+        return self.eta if self.extra.inner_lr is None else self.extra.inner_lr
 
     def replace(self, **changes: Any) -> "MethodConfig":
         """A copy with some fields changed (e.g. ``epochs`` from a command-line flag)."""
         return replace(self, **changes)
 
+    def with_extra(self, **changes: Any) -> "MethodConfig":
+        """A copy with some :class:`Extras` changed (``cfg.with_extra(shuffle=False)``)."""
+        return replace(self, extra=replace(self.extra, **changes))
+
     def resolved(self) -> dict[str, Any]:
-        """Every value the run reads (fields and every :data:`EXTRA` entry, defaults filled in): the config part
-        of a run's identity. Reasons and file names are not part of it."""
+        """Every value the run reads (fields and every :class:`Extras` entry, defaults filled in, ``inner_lr`` as
+        :attr:`inner_lr`): the config part of a run's identity. Reasons and file names are not part of it."""
         out = {f: getattr(self, f) for f in FIELDS}
-        out["extra"] = {name: self.get(name) for name in sorted(EXTRA)}
+        out["extra"] = {name: self.inner_lr if name == "inner_lr" else getattr(self.extra, name)
+                        for name in sorted(EXTRA_NAMES)}
         return out
 
 
 FIELDS = ("method", "protocol", "eta", "lambda_P", "lambda_H", "epochs", "batch_size", "ridge_P", "ridge_H")
 _FILE_KEYS = set(FIELDS) | {"base", "extra", "reasons", "_comment"}
 #: the keys ``--set`` may name: every field and ``extra.<name>``
-OVERRIDABLE: dict[str, Any] = {**{f: None for f in FIELDS}, "extra": {name: None for name in EXTRA}}
+OVERRIDABLE: dict[str, Any] = {**{f: None for f in FIELDS}, "extra": {name: None for name in EXTRA_NAMES}}
 
 
 def _resolved(name: str | Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -156,8 +235,9 @@ def _resolved(name: str | Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, 
     if base_name is not None:
         merged, sources = _resolved(base_name, seen + (path,))
     for name, entry in raw.get("extra", {}).items():
-        if name not in EXTRA:
-            raise ConfigError(f"config {path}: unknown key 'extra.{name}' (known: {', '.join(sorted(EXTRA))})")
+        if name not in EXTRA_NAMES:
+            raise ConfigError(f"config {path}: unknown key 'extra.{name}' (known: "
+                              f"{', '.join(sorted(EXTRA_NAMES))})")
         if not (isinstance(entry, dict) and set(entry) == {"value", "reason"}):
             raise ConfigError(f'config {path}: extra.{name} must be {{"value": ..., "reason": "..."}}')
     for name in raw.get("reasons", {}):
@@ -198,7 +278,8 @@ def load_config(path_or_name: str | Path, overrides: Mapping[str, Any] | None = 
     extra = {name: entry["value"] for name, entry in merged["extra"].items()}
     reasons = {**merged["reasons"], **{name: entry["reason"] for name, entry in merged["extra"].items()}}
     try:
-        return MethodConfig(**{f: merged[f] for f in FIELDS}, extra=extra, reasons=reasons, source=sources)
+        return MethodConfig(**{f: merged[f] for f in FIELDS}, extra=Extras.of(extra), reasons=reasons,
+                            source=sources)
     except ValueError as error:
         raise ConfigError(f"config {sources[-1]}: {error}") from None
 

@@ -20,13 +20,14 @@ documented DDP semantics; no code copied):
 
 :func:`immunize_data_parallel` is the emulation (all ranks in one process, gradients averaged locally);
 :func:`distributed_rank` is one process of a real ``torch.distributed`` run (gloo backend), the same loop
-(:func:`train`) with an all-reduce in place of the local average. ``tests/test_immunization_data_parallel.py``
-checks that the two give the same extractor.
+(:func:`train`) with an all-reduce in place of the local average; ``tests/test_immunization_data_parallel.py``
+checks that the two give the same extractor. Both train with the engine's loop,
+:func:`kappalab.immunization.methods.train`: a :class:`~kappalab.immunization.methods.Schedule` of the ranks' row
+indices and a gradient hook (:func:`averaged_gradients`) in place of the one-process step.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import numpy as np
@@ -34,9 +35,10 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from .config import MethodConfig
-from .methods import ImmunizationRun, step_gradients
+from .methods import Gradients, ImmunizationRun, Schedule, run_of, step_gradients
+from .methods import train as train_loop
 from .protocols import Protocol, make_protocol
-from .step_types import Batch, Params
+from .step_types import Batch, Params, Term
 from .task import LinearTask
 
 
@@ -111,47 +113,38 @@ def allreduce_average(world_size: int) -> Average:
     return average
 
 
+def averaged_gradients(proto: Protocol, cfg: MethodConfig, average: Average) -> Gradients:
+    """The data-parallel step, as :func:`kappalab.immunization.methods.train`'s gradient hook: each rank's
+    gradients on its own rows (:func:`rank_gradients`; the step's batch is the ranks' index tensors), averaged per
+    tensor by ``average``. It returns no terms (each rank's are of its own batch), so the history holds the
+    whole-task kappas only."""
+    def gradients(p: Params, indices: list[torch.Tensor]) -> list[Term]:
+        per_rank = [rank_gradients(proto, p, index, cfg) for index in indices]
+        for param in p.all():
+            param.grad = average([g.get(id(param)) for g in per_rank], param)
+        return []
+    return gradients
+
+
 def train(task: LinearTask, cfg: MethodConfig, seed: int, world_size: int | None, average: Average,
           sampler_seed: int = 0, device: str = "cpu",
           observer: Callable[[int, Params], None] | None = None) -> ImmunizationRun:
-    """The data-parallel training loop. ``world_size``: emulate that many ranks in this process; None: this
-    process is one rank of an initialized process group. ``average`` turns the gradients of one tensor computed
-    here (one per emulated rank, or this rank's) into the averaged gradient. ``observer(step, params)``: as in
+    """The data-parallel training. ``world_size``: emulate that many ranks in this process; None: this process is
+    one rank of an initialized process group. ``average`` turns the gradients of one tensor computed here (one per
+    emulated rank, or this rank's) into the averaged gradient. ``observer(step, params)``: as in
     :func:`kappalab.immunization.methods.train` (before the first step, then after every averaged step)."""
     if cfg.protocol != "official" or cfg.batch_size is None:
         raise ValueError(f"cfg must be an official-protocol config with a batch_size, got protocol "
                          f"{cfg.protocol!r} and batch_size {cfg.batch_size!r}")
-    monitor_every = cfg.get("monitor_every", 1)
-    n_pairs = paired_rows(task)
+    n_pairs, batch_size = paired_rows(task), cfg.batch_size
     proto = make_protocol(task, cfg, device)
     p = proto.init_params(seed, with_w_H=cfg.method == "imma")
-    fused = {"fused": True} if cfg.get("adam_fused", False) else {}
-    opt = torch.optim.Adam(p.all(), lr=cfg.eta, betas=tuple(cfg.get("adam_betas", (0.9, 0.999))),
-                           eps=float(cfg.get("adam_eps", 1e-8)), **fused)
-    kappas, monitored, n_steps, start = [], [], 0, time.perf_counter()
-    if observer is not None:
-        observer(0, p)
-    for epoch in range(1, cfg.epochs + 1):
-        for indices in rank_batches(n_pairs, world_size, cfg.batch_size, epoch - 1, sampler_seed,
-                                    bool(cfg.get("shuffle", True))):
-            per_rank = [rank_gradients(proto, p, index, cfg) for index in indices]
-            for param in p.all():
-                param.grad = average([g.get(id(param)) for g in per_rank], param)
-            opt.step()
-            n_steps += 1
-            if observer is not None:
-                observer(n_steps, p)
-        if epoch % monitor_every == 0 or epoch == cfg.epochs:
-            kappas.append(proto.monitor(p))
-            monitored.append(epoch)
-    to_np = lambda t: None if t is None else t.detach().cpu().numpy().astype(np.float64)
-    history = {"kappa_P": [float(a) for a, _ in kappas], "kappa_H": [float(b) for _, b in kappas],
-               "kappa_epoch": [float(e) for e in monitored]}
-    return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=history,
-                           wall_time_s=time.perf_counter() - start, n_steps=n_steps, degenerate_count=0,
-                           method=cfg.method, protocol=cfg.protocol, seed=int(seed), device=str(device),
-                           notes=[f"data parallel: {world_size or 'process group'} processes, sampler seed "
-                                  f"{sampler_seed}"])
+    schedule = Schedule(proto, cfg.epochs, lambda epoch: rank_batches(n_pairs, world_size, batch_size, epoch - 1,
+                                                                      sampler_seed, cfg.extra.shuffle))
+    t = train_loop(proto, p, cfg, schedule, f"{cfg.protocol}/{cfg.method}/seed{seed}/data-parallel",
+                   observer=observer, gradients=averaged_gradients(proto, cfg, average))
+    return run_of(p, t, cfg, seed, device, [f"data parallel: {world_size or 'process group'} processes, sampler "
+                                            f"seed {sampler_seed}"])
 
 
 def immunize_data_parallel(task: LinearTask, cfg: MethodConfig, seed: int, world_size: int = 2,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -72,9 +72,9 @@ class ImmunizationRun:
 
 
 def _eq11_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list[Term]:
-    pre = bool(cfg.get("precondition", True))
+    pre = cfg.extra.precondition
     terms = []
-    if cfg.get("supervised_loss", True):
+    if cfg.extra.supervised_loss:
         terms.append(Term("loss_P", proto.task_loss(p, b), p.extractor() + [p.w_P]))
     if cfg.lambda_P > 0:
         terms.append(Term("R_well", cfg.lambda_P * proto.reg_well(proto.gram(p, b, "P")), p.extractor(),
@@ -87,20 +87,20 @@ def _eq11_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list
 
 def _opt_kappa_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list[Term]:
     terms = []
-    if cfg.get("supervised_loss", True):
+    if cfg.extra.supervised_loss:
         terms.append(Term("loss_P", proto.task_loss(p, b), p.extractor() + [p.w_P]))
     kP, kH = proto.kappa(proto.gram(p, b, "P")), proto.kappa(proto.gram(p, b, "H"))
     if cfg.method == "opt_kappa_log":
-        value = 1.0 / torch.log(kH) + float(cfg.get("kappa_weight_P", 1.0)) * torch.log(kP)
+        value = 1.0 / torch.log(kH) + cfg.extra.kappa_weight_P * torch.log(kP)
         terms.append(Term("1/log kappa_H + w log kappa_P", value, p.extractor()))
         return terms
-    value = float(cfg.get("kappa_weight_P", 1.0)) * kP - float(cfg.get("kappa_weight_H", 1.0)) * kH
+    value = cfg.extra.kappa_weight_P * kP - cfg.extra.kappa_weight_H * kH
     terms.append(Term("kappa_P-kappa_H", value, p.extractor()))
     return terms
 
 
 def _imma_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list[Term]:
-    steps, lr = int(cfg.get("inner_steps", 1)), float(cfg.get("inner_lr", cfg.eta))
+    steps, lr = cfg.extra.inner_steps, cfg.inner_lr
     if steps < 1 or not lr > 0:
         raise ValueError(f"cfg.extra inner_steps must be >= 1 and inner_lr > 0, got {steps!r}, {lr!r}")
     Phi_P, Phi_H = proto.adapted_features(p, b, steps, lr)
@@ -202,15 +202,17 @@ class EpochEnd:
 class Schedule:
     """The steps :func:`train` takes: each step's batch and the :class:`EpochEnd` s after it, the whole-task kappa
     of a finished epoch, and what happens to the parameters after a step. This one: every run of the parameters
-    (one run, or a stack of runs of equal shapes) takes ``epoch_batches()``'s batches, ``epochs`` times;
-    :class:`kappalab.immunization.batched.RunSteps` gives each run of a stack its own steps."""
+    (one run, or a stack of runs of equal shapes) takes ``epoch_batches(epoch)``'s batches in epochs 1, ...,
+    ``epochs`` (a batch is whatever the :data:`Gradients` hook of :func:`train` reads: a :class:`Batch`, or the
+    data-parallel ranks' row indices); :class:`kappalab.immunization.batched.RunSteps` gives each run of a stack
+    its own steps."""
 
-    def __init__(self, proto: Protocol, epochs: int, epoch_batches: Callable[[], Any]) -> None:
+    def __init__(self, proto: Protocol, epochs: int, epoch_batches: Callable[[int], Iterable[Any]]) -> None:
         self.proto, self.epochs, self.epoch_batches = proto, epochs, epoch_batches
 
-    def steps(self) -> Iterator[tuple[Batch, tuple[EpochEnd, ...]]]:
+    def steps(self) -> Iterator[tuple[Any, tuple[EpochEnd, ...]]]:
         for epoch in range(1, self.epochs + 1):
-            batches = iter(self.epoch_batches())
+            batches = iter(self.epoch_batches(epoch))
             batch = next(batches)
             for following in batches:
                 yield batch, ()
@@ -261,23 +263,36 @@ class Training:
         return out
 
 
+#: A step's gradients: ``gradients(params, batch)`` sets every parameter's ``.grad`` for the step's ``batch`` (what
+#: :meth:`Schedule.steps` yields) and returns the step's terms (their values go to the history).
+Gradients = Callable[[Params, Any], list[Term]]
+
+
+def plain_gradients(proto: Protocol, cfg: MethodConfig) -> Gradients:
+    """The one-process step: :func:`step_gradients` of the :class:`Batch` (theta's written into the storage of the
+    previous step's gradient, which Adam has consumed)."""
+    def gradients(p: Params, batch: Batch) -> list[Term]:
+        grads, terms = step_gradients(proto, p, batch.for_step(), cfg, theta_out=p.theta.grad)
+        for param in p.all():
+            param.grad = grads.get(id(param))
+        return terms
+    return gradients
+
+
 def train(proto: Protocol, p: Params, cfg: MethodConfig, schedule: Schedule, desc: str,
-          progress: bool = False, observer: Callable[[int, Params], None] | None = None) -> Training:
-    """The training loop shared by :func:`immunize` and :func:`kappalab.immunization.batched.immunize_batch`:
-    Adam (``adam_betas``, ``adam_eps``, ``adam_fused``) over ``p``, the steps of ``schedule``; at each epoch end,
-    each term's value, and the whole-task kappa every ``monitor_every``-th epoch and at the last.
+          progress: bool = False, observer: Callable[[int, Params], None] | None = None,
+          gradients: Gradients | None = None) -> Training:
+    """The training loop shared by :func:`immunize`, :func:`kappalab.immunization.batched.immunize_batch` and
+    :func:`kappalab.immunization.data_parallel.train`: Adam (``adam_betas``, ``adam_eps``, ``adam_fused``) over
+    ``p``, the steps of ``schedule``, each step's gradients set by ``gradients`` (default :func:`plain_gradients`);
+    at each epoch end, each term's value, and the whole-task kappa every ``monitor_every``-th epoch and at the
+    last. Steps on which the core warned of a degenerate spectrum are counted.
 
     ``observer(step, params)``, when given, is called before the first step (step 0) and after every optimizer
     step (step = steps taken so far) with the live parameters (read them detached, never modify them)."""
-    betas = tuple(cfg.get("adam_betas", (0.9, 0.999)))
-    fused = cfg.get("adam_fused", False)
-    if not isinstance(fused, bool):
-        raise ValueError(f"cfg.extra['adam_fused'] must be true or false, got {fused!r}")
-    monitor_every = cfg.get("monitor_every", 1)
-    if not (isinstance(monitor_every, int) and monitor_every >= 1):
-        raise ValueError(f"cfg.extra['monitor_every'] must be a positive int, got {monitor_every!r}")
-    opt = torch.optim.Adam(p.all(), lr=cfg.eta, betas=betas, eps=float(cfg.get("adam_eps", 1e-8)),
-                           **({"fused": True} if fused else {}))
+    gradients = plain_gradients(proto, cfg) if gradients is None else gradients
+    opt = torch.optim.Adam(p.all(), lr=cfg.eta, betas=cfg.extra.adam_betas, eps=cfg.extra.adam_eps,
+                           **({"fused": True} if cfg.extra.adam_fused else {}))
     logs: dict[int | None, RunLog] = {}
     n_steps = degenerate = 0
     start = time.perf_counter()
@@ -286,10 +301,8 @@ def train(proto: Protocol, p: Params, cfg: MethodConfig, schedule: Schedule, des
     for batch, ends in tqdm(schedule.steps(), desc=desc, disable=not progress, leave=False):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DegenerateSpectrumWarning)
-            grads, terms = step_gradients(proto, p, batch.for_step(), cfg, theta_out=p.theta.grad)
+            terms = gradients(p, batch)
         degenerate += int(any(issubclass(w.category, DegenerateSpectrumWarning) for w in caught))
-        for param in p.all():
-            param.grad = grads.get(id(param))
         opt.step()
         n_steps += 1
         schedule.after_step(p, n_steps)
@@ -299,11 +312,21 @@ def train(proto: Protocol, p: Params, cfg: MethodConfig, schedule: Schedule, des
             log = logs.setdefault(end.run, RunLog())
             for term in terms:
                 log.term_log.setdefault(term.name, []).append(term.value.detach())
-            if end.epoch % monitor_every == 0 or end.epoch == cfg.epochs:
+            if end.epoch % cfg.extra.monitor_every == 0 or end.epoch == cfg.epochs:
                 log.kappas.append(schedule.monitor(p, end.run))
                 log.monitored.append(end.epoch)
             log.n_steps = n_steps
     return Training(logs, n_steps, degenerate, time.perf_counter() - start)
+
+
+def run_of(p: Params, t: Training, cfg: MethodConfig, seed: int, device: str, notes: list[str] | None = None
+           ) -> ImmunizationRun:
+    """The :class:`ImmunizationRun` of one trained run: its parameters (float64 NumPy) and :func:`train`'s log."""
+    to_np = lambda x: None if x is None else x.detach().cpu().numpy().astype(np.float64)
+    return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=t.history(),
+                           wall_time_s=t.wall_time_s, n_steps=t.n_steps, degenerate_count=t.degenerate,
+                           method=cfg.method, protocol=cfg.protocol, seed=int(seed), device=str(device),
+                           notes=list(notes or []))
 
 
 def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu",
@@ -319,9 +342,6 @@ def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu"
     proto = make_protocol(task, cfg, device)
     p = proto.init_params(seed, with_w_H=cfg.method == "imma")
     gen = torch.Generator().manual_seed(int(seed) + 1)
-    t = train(proto, p, cfg, Schedule(proto, cfg.epochs, lambda: proto.batches(gen)),
+    t = train(proto, p, cfg, Schedule(proto, cfg.epochs, lambda epoch: proto.batches(gen)),
               f"{cfg.protocol}/{cfg.method}/seed{seed}", progress, observer)
-    to_np = lambda t: None if t is None else t.detach().cpu().numpy().astype(np.float64)
-    return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=t.history(),
-                           wall_time_s=t.wall_time_s, n_steps=t.n_steps, degenerate_count=t.degenerate,
-                           method=cfg.method, protocol=cfg.protocol, seed=int(seed), device=str(device))
+    return run_of(p, t, cfg, seed, device)

@@ -48,7 +48,7 @@ def applies(proto: Protocol, batch: Batch, cfg: MethodConfig) -> bool:
     """True when :func:`closed_form_gradients` implements this step: the official protocol on route "features"
     with both batches of fewer rows than features, a method of :data:`CLOSED_FORM_METHODS`, and for IMMA
     ``inner_steps = 1`` with ``inner_lr > 0`` (other values take the autograd step, which refuses invalid ones)."""
-    if cfg.method == "imma" and not (cfg.get("inner_steps") == 1 and float(cfg.get("inner_lr")) > 0):
+    if cfg.method == "imma" and not (cfg.extra.inner_steps == 1 and cfg.inner_lr > 0):
         return False
     return isinstance(proto, OfficialProtocol) and cfg.method in CLOSED_FORM_METHODS and proto.feature_space(batch)
 
@@ -61,8 +61,7 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
     (values detached)."""
     if cfg.method == "imma":
         return _imma_gradients(proto, p, batch, cfg, theta_out)
-    pre = bool(cfg.get("precondition", True))
-    supervised = bool(cfg.get("supervised_loss", True))
+    pre, supervised = cfg.extra.precondition, cfg.extra.supervised_loss
     extractor = p.extractor()
     opt_kappa = cfg.method == "opt_kappa"
     uses = {"P": supervised or opt_kappa or cfg.lambda_P > 0, "H": opt_kappa or cfg.lambda_H > 0}
@@ -83,7 +82,7 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
                if w == "H" or opt_kappa or cfg.lambda_P > 0}
     if opt_kappa:
         (eP, GP, uP), (eH, GH, uH) = spectra["P"], spectra["H"]
-        wP, wH = float(cfg.get("kappa_weight_P", 1.0)), float(cfg.get("kappa_weight_H", 1.0))
+        wP, wH = cfg.extra.kappa_weight_P, cfg.extra.kappa_weight_H
         value = wP * kappa_of_extremes(eP) - wH * kappa_of_extremes(eH)
         terms.append(Term("kappa_P-kappa_H", value, extractor))
         plain["P"] = wP * shifted_kappa_coefficient(eP, uP)
@@ -130,7 +129,7 @@ def _imma_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig,
     ``dPhi_H = -g_H* w_H^T - lr (r o h) w_H^T`` with ``r = (w_P . w_H) C_PH^T g_P* - |w_H|^2 C_HH^T g_H*``; the
     heads: ``dw_P = Phi_P*^T g_P*`` and ``dw_H = Phi_H*^T g_H* - lr (|w_H|^2 Phi_H^T ((C_HH^T g_H*) o h) +
     (g_H*^T C_HH g) w_H)`` (L_H* depends on w_H through the inner step too)."""
-    lr = float(cfg.get("inner_lr"))
+    lr = cfg.inner_lr
     Phi = _features(p, stacked_inputs(batch, ["P", "H"]), ["P", "H"], batch.X_P.shape[-2])
     C_PH, C_HH = proto.inner_kernel(batch, "P"), proto.inner_kernel(batch, "H")
     w_P, w_H = p.w_P, p.w_H

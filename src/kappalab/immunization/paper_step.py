@@ -80,10 +80,10 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
     if proto.name != "paper" or cfg.method not in CLOSED_FORM_METHODS:
         raise ValueError(f"the closed-form step is for the paper protocol's {CLOSED_FORM_METHODS}, got "
                          f"{proto.name!r} / {cfg.method!r}")
-    pre = bool(cfg.get("precondition", True))
+    pre = cfg.extra.precondition
     terms: list[Term] = []
     total: dict[int, torch.Tensor] = {}
-    if cfg.get("supervised_loss", True):
+    if cfg.extra.supervised_loss:
         loss = proto.task_loss(p, batch)
         for param, g in zip((p.theta, p.w_P), torch.autograd.grad(loss, [p.theta, p.w_P])):
             total[id(param)] = g

@@ -45,7 +45,7 @@ from kappalab.linear import hessian
 from kappalab.regularizers import r_ill, r_well
 
 from .config import MethodConfig
-from .spectra import (DEFAULT_SHIFT, SPECTRAL_ROUTES, FeatureGram, features_lambda_max, gram_shifted_kappa,
+from .spectra import (SPECTRAL_ROUTES, FeatureGram, features_lambda_max, gram_shifted_kappa,
                       official_r1, official_r2, torch_kappa)
 from .step_types import Batch, Params
 from .task import LinearTask
@@ -72,10 +72,10 @@ class Protocol:
         as_t = lambda a: None if a is None else torch.as_tensor(a, dtype=torch.float64, device=self.device)
         self.X_P, self.y_P, self.X_H, self.y_H = as_t(task.X_P), as_t(task.y_P), as_t(task.X_H), as_t(task.y_H)
         self.D = task.dim
-        self.shift = float(cfg.get("shift", DEFAULT_SHIFT))
-        self.rank_rtol = cfg.get("rank_rtol", None)
-        self.on_degenerate = cfg.get("on_degenerate", "warn")
-        self.route = cfg.get("spectral_route", "dense")
+        self.shift = cfg.extra.shift
+        self.rank_rtol = cfg.extra.rank_rtol
+        self.on_degenerate = cfg.extra.on_degenerate
+        self.route = cfg.extra.spectral_route
         problem = route_problem(type(self), cfg.method, self.route)
         if problem is not None:
             raise ValueError(problem)
@@ -92,18 +92,13 @@ class Protocol:
         heads: ``head_init`` ("standard_normal" or "zeros"); drawn on the CPU from ``seed``, then moved."""
         gen = torch.Generator().manual_seed(int(seed))
         bound = 1.0 / math.sqrt(self.D)
-        kind = self.cfg.get("theta_init", "torch_linear")
-        if kind == "torch_linear":
+        if self.cfg.extra.theta_init == "torch_linear":
             theta = _uniform(gen, (self.D, self.D), bound)
-        elif kind == "identity":
+        else:  # "identity" (Extras checks the value)
             theta = torch.eye(self.D, dtype=torch.float64)
-        else:
-            raise ValueError(f"cfg.extra['theta_init'] must be 'torch_linear' or 'identity', got {kind!r}")
         bias = _uniform(gen, (self.D,), bound) if self.has_bias else None
-        head = self.cfg.get("head_init", "standard_normal")
-        if head not in ("standard_normal", "zeros"):
-            raise ValueError(f"cfg.extra['head_init'] must be 'standard_normal' or 'zeros', got {head!r}")
-        draw = (lambda: torch.randn(self.D, generator=gen, dtype=torch.float64)) if head == "standard_normal" \
+        draw = (lambda: torch.randn(self.D, generator=gen, dtype=torch.float64)) \
+            if self.cfg.extra.head_init == "standard_normal" \
             else (lambda: torch.zeros(self.D, dtype=torch.float64))
         w_P = draw()
         w_H = draw() if with_w_H else None
@@ -123,7 +118,7 @@ class Protocol:
         """One epoch's minibatches as row indices ``(iP, iH)`` into the P and H rows (``cfg.batch_size`` rows each,
         drop_last, P and H batches paired in order; shuffled by ``gen`` unless ``shuffle`` is false)."""
         bs, steps = self.cfg.batch_size, self.steps_per_epoch()
-        shuffle = bool(self.cfg.get("shuffle", True))
+        shuffle = self.cfg.extra.shuffle
         order = lambda n: (torch.randperm(n, generator=gen) if shuffle else torch.arange(n)).to(self.device)
         perm_P, perm_H = order(self.X_P.shape[-2]), order(self.X_H.shape[-2])
         return [(perm_P[i * bs:(i + 1) * bs], perm_H[i * bs:(i + 1) * bs]) for i in range(steps)]
@@ -219,10 +214,7 @@ class Protocol:
         run): the logits as ``X_P (theta w_P)``, two matrix-vector products instead of the ``N x D x D`` product
         of the features and its gradient (the same number up to rounding; Table 2's full-MNIST Alg. 1 runs, where
         the features were ~40% of a step); otherwise :meth:`supervised_loss` of the step's features."""
-        order = self.cfg.get("logits_order", "features_first")
-        if order not in ("features_first", "head_first"):
-            raise ValueError(f"cfg.extra['logits_order'] must be 'features_first' or 'head_first', got {order!r}")
-        if order == "head_first":
+        if self.cfg.extra.logits_order == "head_first":
             if self.has_bias or p.theta.ndim != 2:
                 raise ValueError("logits_order 'head_first' is implemented for the paper protocol's single runs "
                                  "(no bias, no stacked runs)")

@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
     configs = {m: config_of(args.protocol, m, method_overrides(overrides, m)) for m in args.methods}
     if args.epochs is not None:
         configs = {m: c.replace(epochs=args.epochs) for m, c in configs.items()}
-    n_rows = {int(c.get("n_rows")) for c in configs.values()}
+    n_rows = {c.extra.n_rows for c in configs.values()}
     if len(n_rows) != 1:
         raise UsageError(f"--set: the methods' extra.n_rows differ ({sorted(n_rows)}): one table, one data set")
     with data_errors("--data-csv"):

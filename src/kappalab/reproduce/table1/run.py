@@ -78,7 +78,7 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
     from kappalab.immunization.trajectory import TrajectoryRecorder
 
     cfg = config_of(params["protocol"], params["method"], params["overrides"])
-    task = task_of(params["protocol"], params["data_csv"], int(cfg.get("n_rows")))
+    task = task_of(params["protocol"], params["data_csv"], cfg.extra.n_rows)
     processes = int(params.get("processes", 1))
     recorder = TrajectoryRecorder(task, steps_per_epoch(task, cfg, processes),
                                   bias=PROTOCOL_CLASSES[cfg.protocol].has_bias) if params.get("trajectory") else None
@@ -101,7 +101,7 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
         "protocol": cfg.protocol, "method": params["method"], "seed": params["seed"], "epochs": cfg.epochs,
         "eta": cfg.eta, "data": params["data"], "selection": "none", "processes": processes,
         "emulation": emulation(processes, task, cfg),
-        "evaluation": evaluate(run, task, shift=float(cfg.get("shift"))),
+        "evaluation": evaluate(run, task, shift=cfg.extra.shift),
         "probing": pr, "wall_time_s": run.wall_time_s, "n_steps": run.n_steps,
         "degenerate_count": run.degenerate_count,
         "history": {k: [v[0], v[-1]] for k, v in run.history.items()},

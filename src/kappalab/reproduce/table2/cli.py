@@ -154,7 +154,7 @@ def plan_from_args(args: argparse.Namespace) -> SweepPlan:
 def spectral_route(plan: SweepPlan) -> str:
     """The configured ``extra.spectral_route`` of the plan's configs; all methods must agree (one table, one
     route)."""
-    routes = {plan.config(m).get("spectral_route") for m in METHODS}
+    routes = {plan.config(m).extra.spectral_route for m in METHODS}
     if len(routes) != 1:
         raise UsageError(f"the table2_{plan.protocol}_* configs disagree on extra.spectral_route: {sorted(routes)}")
     return routes.pop()
@@ -166,7 +166,7 @@ def check_routes(plan: SweepPlan) -> None:
     from kappalab.immunization.protocols import route_problem
 
     for method in plan.methods:
-        problem = route_problem(plan.protocol, method, plan.config(method).get("spectral_route", "dense"))
+        problem = route_problem(plan.protocol, method, plan.config(method).extra.spectral_route)
         if problem is not None:
             raise ValueError(f"--set: {problem}")
 

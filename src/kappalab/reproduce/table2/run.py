@@ -44,8 +44,8 @@ def prepare(params: dict[str, Any]) -> LinearTask:
     cfg = config_of(params)
     task = mnist_task(int(params["a"]), int(params["b"]), int(params["seed"]), params["data_dir"],
                       int(params["pool"]), params["dataset"])
-    if cfg.get("loss") not in (None, task.loss):
-        raise ValueError(f"config {cfg.source[-1]}: extra loss {cfg.get('loss')!r} but the MNIST task uses "
+    if cfg.extra.loss not in (None, task.loss):
+        raise ValueError(f"config {cfg.source[-1]}: extra loss {cfg.extra.loss!r} but the MNIST task uses "
                          f"{task.loss!r}")
     return task
 
@@ -77,7 +77,7 @@ def finish(params: dict[str, Any], task: LinearTask, run: ImmunizationRun, train
         "evaluate": evaluation, "train_s": train_s, "n_steps": run.n_steps,
         "degenerate_count": run.degenerate_count, "spectra_file": f"spectra/{params['key']}.npz",
         "config_source": list(cfg.source), "data_label": task.data_label,
-        "spectral_route": cfg.get("spectral_route"), "spectra": SPECTRA_METHOD,
+        "spectral_route": cfg.extra.spectral_route, "spectra": SPECTRA_METHOD,
         "engine": engine, "engine_notes": list(run.notes), "history": run.history,
         "data": {**load_dataset(dataset, directory).identity(), "pool": pool,
                  "rows_used": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -150,3 +151,22 @@ def test_a_spec_pickles_with_its_config_and_resolves_it_once(tmp_path: Path) -> 
     assert again == spec and again.record() == spec.record() and again.config == spec.config
     with pytest.raises(AttributeError):
         spec.seed = 1  # frozen: a worker cannot change its job
+
+
+def test_specs_reach_spawned_workers_whole(tmp_path: Path) -> None:
+    """Through the sweep's process pool (spawn): each worker gets its job's spec, typed, and the store keeps
+    ``record()`` as ``params`` (here the worker returns the record it was given, so both sides must agree)."""
+    import operator
+
+    from kappalab.sweep import run_sweep
+
+    plan = table2.plan_from_args(table2.build_parser().parse_args(
+        ["--quick", "--pairs", "0-1", "--methods", "ours,imma", "--out", str(tmp_path)]))
+    jobs = plan.jobs()
+    summary = run_sweep(jobs, operator.methodcaller("record"), tmp_path / "runs.jsonl", workers=2, progress=False)
+    assert summary.completed == len(jobs) == 2
+    stored = {r["key"]: r for r in RunStore(tmp_path / "runs.jsonl").records()}
+    for job in jobs:
+        expected = to_jsonable(job.record())
+        assert stored[job.key]["params"] == stored[job.key]["result"] == expected
+    assert os.getpid() not in {r["pid"] for r in stored.values()}  # run in the pool, not here

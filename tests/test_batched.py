@@ -19,6 +19,7 @@ that Table 2 uses sets s_min := shift on every rank-deficient batch and is stabl
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -142,12 +143,22 @@ def test_refuses_mismatched_batches():
         immunize_batch([task], cfg, [0, 1])
 
 
+@dataclass(frozen=True)
+class _Job:
+    """A job of :func:`run_batch`: what its callbacks read, and its seed."""
+
+    method: str
+    a: int
+    b: int
+    seed: int
+
+
 def test_run_batch_groups_finishes_and_reports_in_job_order():
     """The sweep-facing entry point: jobs of two configs interleaved, batches of at most 2 runs of one config; each
     job's result is yielded once, batch by batch, equal to the single engine's run."""
-    jobs = [{"method": m, "a": a, "b": b, "seed": s} for (a, b), s in JOBS[:3] for m in ("ours", "rill_only")]
-    config_of = lambda j: load_config(f"table2_official_{j['method']}").replace(epochs=1)
-    task_of = lambda j: _task(j["a"], j["b"], j["seed"])
+    jobs = [_Job(m, a, b, s) for (a, b), s in JOBS[:3] for m in ("ours", "rill_only")]
+    config_of = lambda j: load_config(f"table2_official_{j.method}").replace(epochs=1)
+    task_of = lambda j: _task(j.a, j.b, j.seed)
     finish = lambda job, task, run, train_s: {"job": job, "theta": run.theta_I, "train_s": train_s}
     yielded = list(run_batch(jobs, "cpu", 2, task_of=task_of, config_of=config_of, finish=finish))
     seen = [i for i, _ in yielded]
@@ -156,7 +167,7 @@ def test_run_batch_groups_finishes_and_reports_in_job_order():
     results = dict(yielded)
     for job, result in ((job, results[i]) for i, job in enumerate(jobs)):
         assert result["job"] is job and result["train_s"] > 0
-        one = immunize(task_of(job), config_of(job), job["seed"])
+        one = immunize(task_of(job), config_of(job), job.seed)
         assert _rel(result["theta"], one.theta_I) <= RTOL
 
 

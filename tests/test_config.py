@@ -80,7 +80,7 @@ def test_set_overrides_with_dotted_keys() -> None:
     with pytest.raises(ConfigError, match="given twice"):
         parse_set(["eta=1", "eta=2"])
     t3 = load_table3_config("proxy", overrides={"lambda_H": 7.0, "search.max_epochs": 2})
-    assert t3["lambda_H"] == 7.0 and t3["search"]["max_epochs"] == 2
+    assert t3.lambda_H == 7.0 and t3.search["max_epochs"] == 2
     with pytest.raises(ConfigError, match="unknown key 'search.max_epoch'"):
         load_table3_config("proxy", overrides={"search.max_epoch": 2})
 

@@ -42,17 +42,17 @@ def test_smoke_configuration_end_to_end(arch: str, protocol: str, tmp_path, monk
     kappa_term = "kappa_gap" if protocol == "paper" else "kappa_log"
     assert set(init["calibration"]["grad_norms"]) == {"task", "r_ill", "r_well", kappa_term, "harmful"}
     assert records[1]["identity"]["config"].get("protocol", "paper") == protocol
-    n_steps = 5 * cfg["smoke_per_class"]["train"] // cfg["batch_size"]  # D_H batches per epoch (drop_last)
+    n_steps = 5 * cfg.smoke_per_class["train"] // cfg.batch_size  # D_H batches per epoch (drop_last)
     for r in methods:
-        assert len(r["history"]) == cfg["epochs"] and all(torch.isfinite(torch.tensor(v)) for v in
+        assert len(r["history"]) == cfg.epochs and all(torch.isfinite(torch.tensor(v)) for v in
                                                           r["history"][0].values())
         assert len(list(work.glob(f"*/seed0/{r['method']}.pt"))) == 1  # under work/<config and data hash>/
         for key, estimator in (("rir", "pinv"), ("rir_authors", "authors")):
             rir = r[key]
-            assert rir["estimator"] == estimator and rir["groups"] == cfg["rir_groups"]
+            assert rir["estimator"] == estimator and rir["groups"] == cfg.rir_groups
             assert rir["exact_rir"] > 0 and rir["est_rir"] > 0
-        assert len(r["probe_curve"]) == cfg["probe_epochs"] + 1 and 0 <= r["dp_test_acc"] <= 1
-        assert r["provenance"]["config"]["timm_name"] == cfg["timm_name"]
+        assert len(r["probe_curve"]) == cfg.probe_epochs + 1 and 0 <= r["dp_test_acc"] <= 1
+        assert r["provenance"]["config"]["timm_name"] == cfg.timm_name
     assert n_steps == 3
     suffix = "" if protocol == "paper" else "_official"
     for name in (f"table{suffix}.md", f"figure3{suffix}.png", f"figure3{suffix}.pdf"):

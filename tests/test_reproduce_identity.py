@@ -41,4 +41,4 @@ def test_table2_keys_change_with_data_and_config(monkeypatch: pytest.MonkeyPatch
                                          "--data-dir", "somewhere"]))
     other_keys = {j.key for j in other.jobs()}
     assert len(other_keys) == 4 and not keys & other_keys
-    assert {j.params["identity"]["data"]["name"] for j in other.jobs()} == {"mnist/pool4"}
+    assert {j.spec.identity["data"]["name"] for j in other.jobs()} == {"mnist/pool4"}

@@ -3,6 +3,7 @@ and resumes; the paper's configuration fails with a clear message where its inpu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -12,6 +13,7 @@ pytest.importorskip("mlxtend")
 
 from kappalab.reproduce.table3 import cli as table3_cli  # noqa: E402
 from kappalab.reproduce.table3 import run as table3_run  # noqa: E402
+from kappalab.reproduce.table3.config import load_table3_config  # noqa: E402
 
 TABLE4 = {("resnet18", "cars"): (1e-5, 5e-5, 2e6, 3), ("resnet18", "country211"): (1e-5, 1e-4, 2e6, 3),
           ("vit", "cars"): (1e-5, 3e-6, 3e8, 2), ("vit", "country211"): (1e-5, 1e-6, 1e8, 2)}
@@ -20,10 +22,10 @@ TABLE4 = {("resnet18", "cars"): (1e-5, 5e-5, 2e6, 3), ("resnet18", "country211")
 @pytest.mark.parametrize("row", sorted(TABLE4))
 def test_paper_configs_are_table4(row) -> None:
     cfg = table3_run.load_config(f"{row[0]}_{row[1]}")
-    assert (cfg["eta"], cfg["lambda_P"], cfg["lambda_H"], cfg["epochs"]) == TABLE4[row]
-    assert cfg["momentum"] == 0.9 and cfg["classifier_weight_decay"] == 2e-5 and cfg["extractor_weight_decay"] == 0
-    assert (cfg["rir_groups"], cfg["rir_group_size"]) == (20, 100)
-    assert all(k in cfg["reasons"] for k in ("trainable_modules", "lambda_kappa", "epoch_on"))
+    assert (cfg.eta, cfg.lambda_P, cfg.lambda_H, cfg.epochs) == TABLE4[row]
+    assert cfg.momentum == 0.9 and cfg.classifier_weight_decay == 2e-5 and cfg.extractor_weight_decay == 0
+    assert (cfg.rir_groups, cfg.rir_group_size) == (20, 100)
+    assert all(k in cfg.reasons for k in ("trainable_modules", "lambda_kappa", "epoch_on"))
 
 
 def test_the_command_line_knows_the_deep_methods() -> None:
@@ -110,11 +112,12 @@ def _tiny_task():
                 probe=(H, H_test), harmful_classes=2, device="cpu", data_label="random 8x8 images")
 
 
-TINY_CFG = {"lambda_P": 1e-6, "lambda_H": 1.0, "lambda_kappa": 1e-6, "lambda_imma": 0.1, "imma_inner_steps": 1,
-            "imma_inner_lr": 1.0, "label_smoothing": 0.1, "reg_rtol": 1e-10, "on_degenerate": "warn", "eta": 1e-3,
-            "momentum": 0.9, "extractor_weight_decay": 0.0, "classifier_weight_decay": 2e-5, "epochs": 1,
-            "epoch_on": "harmful", "calibration_batches": 2, "probe_epochs": 3, "probe_step": "1/smax",
-            "rir_groups": 2, "rir_group_size": 6}
+#: the proxy's config with the tiny task's values (what run_task, _calibration and evaluate read)
+TINY_CFG = dataclasses.replace(
+    load_table3_config("proxy"), name="tiny", method_epochs=None, lambda_P=1e-6, lambda_H=1.0, lambda_kappa=1e-6,
+    lambda_imma=0.1, imma_inner_steps=1, imma_inner_lr=1.0, label_smoothing=0.1, reg_rtol=1e-10, on_degenerate="warn",
+    eta=1e-3, momentum=0.9, extractor_weight_decay=0.0, classifier_weight_decay=2e-5, epochs=1, epoch_on="harmful",
+    calibration_batches=2, probe_epochs=3, probe_step="1/smax", rir_groups=2, rir_group_size=6)
 
 
 def test_calibration_leaves_theta0_batchnorm_statistics_untouched() -> None:
@@ -133,10 +136,7 @@ def test_calibration_leaves_theta0_batchnorm_statistics_untouched() -> None:
 def _run_tiny(store, work) -> None:
     """``run_task`` on the tiny task, seed 0, Ours, under the run keys the command would give it."""
     task = _tiny_task()
-    from kappalab.reproduce.table3.config import FIELD_NAMES
-
-    cfg = {**dict.fromkeys(FIELD_NAMES), **TINY_CFG}  # the fields the tiny config leaves out count as None
-    keys = table3_run.run_keys(task, cfg, {"name": task.data_label, "sha256": "made by the test"}, [0], ["ours"])
+    keys = table3_run.run_keys(task, TINY_CFG, {"name": task.data_label, "sha256": "made by the test"}, [0], ["ours"])
     table3_run.run_task(task, TINY_CFG, store, work, [0], ["ours"], keys)
 
 

@@ -113,8 +113,8 @@ def test_single_engine_keys_are_the_stored_ones_and_every_batched_key_names_its_
         batched = table2.plan_from_args(parse(args + ["--engine", "batched"])).jobs()
         assert len(single) == len(batched) == 4
         for one, many in zip(single, batched):
-            assert "engine" not in one.params["identity"]["options"]
-            assert many.params["identity"]["options"] == {**one.params["identity"]["options"], "engine": "batched"}
+            assert "engine" not in one.spec.identity["options"]
+            assert many.spec.identity["options"] == {**one.spec.identity["options"], "engine": "batched"}
             assert label_of(one.key) == label_of(many.key) and one.key != many.key
 
 
@@ -128,7 +128,7 @@ def test_a_run_on_the_tensor_eigensolver_names_it_in_its_identity(monkeypatch) -
     parse = table2.build_parser().parse_args
     args = ["--data", "mnist", "--protocol", "paper", "--methods", "ours", "--pairs", "0-1", "--seeds", "0", "--set",
             "extra.spectral_route=closed_form"]
-    options = lambda *more: table2.plan_from_args(parse(args + list(more))).jobs()[0].params["identity"]["options"]
+    options = lambda *more: table2.plan_from_args(parse(args + list(more))).jobs()[0].spec.identity["options"]
     assert "eigensolver" not in options()
     assert options("--device", "cuda")["eigensolver"] == "tensor"
     assert options("--device", "cuda:1")["eigensolver"] == "tensor"

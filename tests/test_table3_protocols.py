@@ -127,9 +127,9 @@ def test_learning_rate_is_constant_over_a_run(monkeypatch) -> None:
     assert len(seen) == 2 * 4 * 2 and set(seen) == {3e-4}  # 2 epochs x 4 steps x 2 parameter groups
     for row in ("resnet18_cars", "resnet18_country211", "vit_cars", "vit_country211"):
         cfg = load_table3_config(row, protocol="official")
-        assert cfg["eta"] == 1e-5 and cfg["transforms"] == "authors" and cfg["unfollowed"]
-        assert cfg["batch_size"] == (32 if row == "vit_country211" else 64)
-        assert cfg["timm_name"] == ("resnet18" if row.startswith("resnet") else "vit_base_patch16_224")
+        assert cfg.eta == 1e-5 and cfg.transforms == "authors" and cfg.unfollowed
+        assert cfg.batch_size == (32 if row == "vit_country211" else 64)
+        assert cfg.timm_name == ("resnet18" if row.startswith("resnet") else "vit_base_patch16_224")
 
 
 def test_protocol_is_part_of_the_run_identity() -> None:
@@ -147,13 +147,13 @@ def test_protocol_is_part_of_the_run_identity() -> None:
 
 
 def test_official_block_layers_before_quick_and_set() -> None:
-    assert load_table3_config("proxy", protocol="official")["method_epochs"] is None  # no early stopping
-    assert load_table3_config("proxy")["method_epochs"]["imma"] == 3
+    assert load_table3_config("proxy", protocol="official").method_epochs is None  # no early stopping
+    assert load_table3_config("proxy").method_epochs["imma"] == 3
     wide = load_table3_config("proxy_wide", quick=True, protocol="official", overrides={"epochs": 2})
-    assert wide["protocol"] == "official" and wide["epochs"] == 2 and wide["rir_group_size"] == 50
-    assert "k" in wide["unfollowed"] and wide["reasons"]["unfollowed"]
+    assert wide.protocol == "official" and wide.epochs == 2 and wide.rir_group_size == 50
+    assert "k" in wide.unfollowed and wide.reasons["unfollowed"]
     paper = load_table3_config("proxy_wide")
-    assert paper["protocol"] == "paper" and paper["width"] * 4 > paper["rir_group_size"] and not paper["unfollowed"]
+    assert paper.protocol == "paper" and paper.width * 4 > paper.rir_group_size and not paper.unfollowed
 
 
 def test_proxy_quick_both_protocols_share_one_store(tmp_path, monkeypatch) -> None:

@@ -49,10 +49,10 @@ def test_official_k_replaces_the_input_width() -> None:
 @pytest.mark.parametrize("protocol", ["paper", "official"])
 def test_configs_load_and_hold_enough_held_out_samples(name: str, protocol: str) -> None:
     cfg = load_table3_config(name, protocol=protocol)
-    assert {cfg["pretrain_data"], cfg["harmful"]} == {"mnist", "fashion-mnist"}
-    assert 10 * cfg["per_class"]["heldout"] >= 2 * 1280  # the exact estimator: at least twice the feature width
-    assert cfg["lambda_rule"] == "balanced" and cfg["protocol"] == protocol
-    assert (cfg["unfollowed"] is not None) == (protocol == "official")
+    assert {cfg.pretrain_data, cfg.harmful} == {"mnist", "fashion-mnist"}
+    assert 10 * cfg.per_class["heldout"] >= 2 * 1280  # the exact estimator: at least twice the feature width
+    assert cfg.lambda_rule == "balanced" and cfg.protocol == protocol
+    assert (cfg.unfollowed is not None) == (protocol == "official")
 
 
 def test_norm_statistics_is_a_setting_and_leaves_the_default_keys_alone() -> None:
@@ -63,7 +63,7 @@ def test_norm_statistics_is_a_setting_and_leaves_the_default_keys_alone() -> Non
 
     default = load_table3_config(CONFIGS[0], protocol="paper")
     frozen = load_table3_config(CONFIGS[0], protocol="paper", overrides={"norm_statistics": "frozen"})
-    assert default["norm_statistics"] == "batch" and "norm_statistics" not in resolved(default)
+    assert default.norm_statistics == "batch" and "norm_statistics" not in resolved(default)
     assert resolved(frozen) == {**resolved(default), "norm_statistics": "frozen"}
     with pytest.raises(ConfigError, match="norm_statistics must be one of"):
         load_table3_config(CONFIGS[0], protocol="paper", overrides={"norm_statistics": "eval"})

@@ -1,7 +1,9 @@
 """A generic resumable sweep: run many independent jobs, store each result the moment it finishes.
 
-A sweep is a list of :class:`Job` (a unique string ``key`` plus JSON-able ``params``) and a *worker*: a picklable
-module-level function ``worker(params) -> dict``. :func:`run_sweep`
+A sweep is a list of :class:`Job` (a unique string ``key`` plus the run's ``spec``) and a *worker*: a picklable
+module-level function ``worker(spec) -> dict``. A spec is a frozen dataclass with typed fields (the reproductions'
+``RunSpec`` classes) whose ``record()`` gives the JSON-able dict stored as the record's ``params``, or a plain
+JSON-able mapping (stored as it is; its worker gets a copy). :func:`run_sweep`
 
 * skips every job whose key is already in the :class:`~kappalab.results.RunStore` (so a killed or crashed sweep
   restarts where it stopped, and never redoes or loses a finished run),
@@ -26,7 +28,7 @@ kept, and :class:`SweepError` names the failing key; fixing the cause and runnin
 fault the user can fix (a full disk, a read-only or vanished folder: :func:`kappalab.results.output_fault`) stops it
 with that one-line :class:`~kappalab.results.StoreWriteError` instead, as does a failed append to the store (which
 leaves the store as it was before that append). Large arrays belong in files the worker writes itself (e.g.
-:func:`kappalab.results.save_array` under a folder passed in ``params``) BEFORE it returns; a file without a record
+:func:`kappalab.results.save_array` under a folder named in the spec) BEFORE it returns; a file without a record
 is simply rewritten when the job reruns.
 """
 
@@ -39,15 +41,25 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm import tqdm
 
 from kappalab.results import RunStore, StoreError, StoreWriteError, output_fault, to_jsonable
 
-Worker = Callable[[dict[str, Any]], dict[str, Any]]
+
+class Spec(Protocol):
+    """A typed job description (a frozen, picklable dataclass): what its worker reads, and ``record()``, the
+    JSON-able dict stored as the record's ``params`` (a file format: it must not change for a given run)."""
+
+    def record(self) -> dict[str, Any]: ...
+
+
+#: a job's spec: a typed :class:`Spec`, or a plain JSON-able mapping (stored as it is)
+JobSpec = Spec | Mapping[str, Any]
+Worker = Callable[[Any], dict[str, Any]]
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
@@ -70,10 +82,18 @@ class SweepInterrupted(KeyboardInterrupt):
 
 @dataclass(frozen=True)
 class Job:
-    """One unit of a sweep: ``key`` (unique, stable across restarts) and the worker's ``params``."""
+    """One unit of a sweep: ``key`` (unique, stable across restarts) and the worker's ``spec``."""
 
     key: str
-    params: dict[str, Any] = field(default_factory=dict)
+    spec: JobSpec = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """What the store keeps as this job's ``params``: the spec's ``record()`` (a mapping: a copy of it)."""
+        return dict(self.spec) if isinstance(self.spec, Mapping) else self.spec.record()
+
+    def worker_input(self) -> Any:
+        """What the worker receives: the (frozen) spec itself, or a copy of a mapping."""
+        return dict(self.spec) if isinstance(self.spec, Mapping) else self.spec
 
 
 @dataclass(frozen=True)
@@ -187,7 +207,7 @@ def _call(worker: Worker, job: Job) -> Outcome:
     """Run one job; never raises (errors come back as data, so the parent can name the key)."""
     start = time.perf_counter()
     try:
-        result = worker(dict(job.params))
+        result = worker(job.worker_input())
         if not isinstance(result, dict):
             raise TypeError(f"worker must return a dict, got {type(result).__name__}")
         return job.key, True, to_jsonable(result), time.perf_counter() - start, os.getpid()
@@ -216,7 +236,7 @@ def run_sweep(jobs: Sequence[Job], worker: Worker, store: RunStore | str | os.Pa
 
     Args:
         jobs: the whole sweep (done jobs included: they are skipped by key).
-        worker: module-level function ``params -> dict`` (must be picklable for ``workers > 1``).
+        worker: module-level function ``spec -> dict`` (must be picklable for ``workers > 1``).
         store: a RunStore or the path of its JSONL file.
         workers: processes; 1 runs in this process (its thread count is then left alone).
         threads_per_worker: torch/BLAS threads of each pool process.
@@ -254,7 +274,7 @@ def _run_locked(jobs: Sequence[Job], store: RunStore, progress: bool, desc: str,
                 raise StoreWriteError(payload[2])
             raise SweepError(key, payload[0], payload[1])
         job = by_key[key]
-        entry = {"key": key, "params": job.params, "result": payload, "wall_time_s": seconds, "pid": pid}
+        entry = {"key": key, "params": job.record(), "result": payload, "wall_time_s": seconds, "pid": pid}
         if extra_record is not None:
             entry.update(extra_record(job))
         store.append(entry)
@@ -283,8 +303,8 @@ def _execute_jobs(worker: Worker, workers: int, threads_per_worker: int
     return execute
 
 
-#: ``runner(params_list)`` of :func:`run_batched_sweep`: yields ``(index, result)`` as each run is finished
-BatchRunner = Callable[[list[dict[str, Any]]], Iterator[tuple[int, dict[str, Any]]]]
+#: ``runner(specs)`` of :func:`run_batched_sweep`: yields ``(index, result)`` as each run is finished
+BatchRunner = Callable[[list[Any]], Iterator[tuple[int, dict[str, Any]]]]
 
 
 def run_batched_sweep(jobs: Sequence[Job], runner: BatchRunner, store: RunStore | str | os.PathLike[str], *,
@@ -307,7 +327,7 @@ def run_batched_sweep(jobs: Sequence[Job], runner: BatchRunner, store: RunStore 
         stored: set[int] = set()
         last = time.perf_counter()
         try:
-            for index, result in runner([dict(job.params) for job in pending]):
+            for index, result in runner([job.worker_input() for job in pending]):
                 payload = to_jsonable(result)
                 now = time.perf_counter()
                 record((pending[index].key, True, payload, now - last, os.getpid()))

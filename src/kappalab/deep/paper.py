@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,6 +20,9 @@ from torch.utils.data import DataLoader, Subset
 
 from .task import Task
 from .train import init_distributed, world
+
+if TYPE_CHECKING:
+    from kappalab.reproduce.table3.config import Table3Config
 
 
 def _require(value: str | None, flag: str, what: str) -> Path:
@@ -43,64 +46,64 @@ def _labelled(dataset: Any, workers: int) -> tuple[DataLoader, torch.Tensor]:
     return _ordered(dataset, None, 0, workers), torch.as_tensor(dataset.targets)
 
 
-def paper_task(cfg: dict[str, Any], args: argparse.Namespace, work: Path) -> Task:
+def paper_task(cfg: Table3Config, args: argparse.Namespace, work: Path) -> Task:
     """Build the task of ``cfg`` (a ``table3_<arch>_<harmful>`` config) from the command-line paths."""
     from .imagefolder import image_folder
     from .timm_models import build_timm_model, require_timm
 
     require_timm()
     imagenet = _require(args.imagenet, "--imagenet", "the ImageNet-1k root with train/ and val/ class folders")
-    harmful = _require(args.harmful_dir, "--harmful-dir", f"the {cfg['harmful']} root with train/ and test/")
-    random_init = bool(cfg.get("random_weights", False))
+    harmful = _require(args.harmful_dir, "--harmful-dir", f"the {cfg.harmful} root with train/ and test/")
+    random_init = cfg.random_weights
     weights = None if random_init else _require(args.weights, "--weights",
-                                                f"a local timm state dict of {cfg['timm_name']}")
+                                                f"a local timm state dict of {cfg.timm_name}")
     device = init_distributed(args.device)
     for key in ("lambda_kappa", "lambda_imma"):
         method = {"lambda_kappa": "opt_kappa", "lambda_imma": "imma"}[key]
-        if method in (args.methods or cfg["methods"]) and cfg.get(key) is None and not args.calibrate:
-            raise ValueError(f"config {cfg['config_file']}: {key} is null (not in the paper); run --calibrate and "
+        if method in (args.methods or cfg.methods) and getattr(cfg, key) is None and not args.calibrate:
+            raise ValueError(f"config {cfg.config_file}: {key} is null (not in the paper); run --calibrate and "
                              f"set it, or leave out {method} with --methods")
 
     def theta0(seed: int):
         torch.manual_seed(seed)
-        model, _ = build_timm_model(cfg["arch"], weights, trainable=cfg["trainable_modules"],
-                                    ridge=cfg["dummy_ridge"], side=cfg["dummy_side"], load=not random_init,
-                                    timm_name=cfg["timm_name"], dummy=cfg["protocol"] == "paper")
+        model, _ = build_timm_model(cfg.arch, weights, trainable=cfg.trainable_modules,
+                                    ridge=cfg.dummy_ridge, side=cfg.dummy_side, load=not random_init,
+                                    timm_name=cfg.timm_name, dummy=cfg.protocol == "paper")
         return model.to(device)
 
-    _, net = build_timm_model(cfg["arch"], None, trainable=cfg["trainable_modules"], load=False,
-                              timm_name=cfg["timm_name"])
-    roots = {"imagenet": imagenet, cfg["harmful"]: harmful}
-    ds = {(name, split): image_folder(root, name, split, net, cfg["transforms"])
+    _, net = build_timm_model(cfg.arch, None, trainable=cfg.trainable_modules, load=False,
+                              timm_name=cfg.timm_name)
+    roots = {"imagenet": imagenet, cfg.harmful: harmful}
+    ds = {(name, split): image_folder(root, name, split, net, cfg.transforms)
           for name, root in roots.items()
           for split in (("train", "val") if name == "imagenet" else ("train", "test"))}
-    training = {name: ds[name, "train"] if cfg["transforms"] == "timm_eval"
-                else image_folder(root, name, "train", net, cfg["transforms"], training=True)
+    training = {name: ds[name, "train"] if cfg.transforms == "timm_eval"
+                else image_folder(root, name, "train", net, cfg.transforms, training=True)
                 for name, root in roots.items()}
-    workers = cfg["num_workers"]
+    workers = cfg.num_workers
 
     def loaders(seed: int) -> tuple[DataLoader, DataLoader]:
         rank, size = world()
         out = []
-        for name in ("imagenet", cfg["harmful"]):
+        for name in ("imagenet", cfg.harmful):
             data = training[name]
             g = torch.Generator().manual_seed(seed * 7919 + len(out))
             sampler = (torch.utils.data.DistributedSampler(data, num_replicas=size, rank=rank, seed=seed)
                        if size > 1 else None)
-            out.append(DataLoader(data, batch_size=cfg["batch_size"], shuffle=sampler is None, sampler=sampler,
+            out.append(DataLoader(data, batch_size=cfg.batch_size, shuffle=sampler is None, sampler=sampler,
                                   generator=g, num_workers=workers, drop_last=True,
                                   pin_memory=str(device).startswith("cuda")))
         return out[0], out[1]
 
-    n_rir = cfg["rir_groups"] * cfg["rir_group_size"]  # a pool the groups are drawn from (exact Eq. 17 on it)
+    n_rir = cfg.rir_groups * cfg.rir_group_size  # a pool the groups are drawn from (exact Eq. 17 on it)
     test_P = ds["imagenet", "val"]
-    if cfg.get("dp_test_limit"):
-        test_P = Subset(test_P, list(range(min(cfg["dp_test_limit"], len(test_P)))))
-    return Task(name=cfg["name"], theta0=theta0, loaders=loaders,
+    if cfg.dp_test_limit:
+        test_P = Subset(test_P, list(range(min(cfg.dp_test_limit, len(test_P)))))
+    return Task(name=cfg.name, theta0=theta0, loaders=loaders,
                 rir_P=_ordered(ds["imagenet", "train"], n_rir, 0, workers),
-                rir_H=_ordered(ds[cfg["harmful"], "train"], n_rir, 1, workers),
+                rir_H=_ordered(ds[cfg.harmful, "train"], n_rir, 1, workers),
                 test_P=DataLoader(test_P, batch_size=256, num_workers=workers),
-                probe=(_labelled(ds[cfg["harmful"], "train"], workers),
-                       _labelled(ds[cfg["harmful"], "test"], workers)),
-                harmful_classes=len(ds[cfg["harmful"], "train"].classes), device=device,
-                data_label=f"ImageNet-1k ({imagenet}) vs {cfg['harmful']} ({harmful})")
+                probe=(_labelled(ds[cfg.harmful, "train"], workers),
+                       _labelled(ds[cfg.harmful, "test"], workers)),
+                harmful_classes=len(ds[cfg.harmful, "train"].classes), device=device,
+                data_label=f"ImageNet-1k ({imagenet}) vs {cfg.harmful} ({harmful})")

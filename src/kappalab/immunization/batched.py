@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import time
+import typing
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, Callable, TypeVar
 
@@ -222,14 +223,24 @@ def group_batches(items: Sequence[T], key: Callable[[T], Hashable], batch_size: 
     return [idx[k:k + batch_size] for idx in groups.values() for k in range(0, len(idx), batch_size)]
 
 
-def run_batch(jobs: Sequence[dict[str, Any]], device: str = "cpu", batch_size: int = 16, *,
-              task_of: Callable[[dict[str, Any]], LinearTask], config_of: Callable[[dict[str, Any]], MethodConfig],
-              finish: Callable[[dict[str, Any], LinearTask, ImmunizationRun, float], dict[str, Any]]
+class Seeded(typing.Protocol):
+    """A job :func:`run_batch` can train: it names its seed (the sweep's typed run specs do)."""
+
+    @property
+    def seed(self) -> int: ...
+
+
+J = TypeVar("J", bound=Seeded)
+
+
+def run_batch(jobs: Sequence[J], device: str = "cpu", batch_size: int = 16, *,
+              task_of: Callable[[J], LinearTask], config_of: Callable[[J], MethodConfig],
+              finish: Callable[[J, LinearTask, ImmunizationRun, float], dict[str, Any]]
               ) -> Iterator[tuple[int, dict[str, Any]]]:
     """A sweep's jobs through the batched engine: jobs with equal config and data shapes are grouped into batches of
     at most ``batch_size`` runs (:func:`group_batches`; equal features, loss and labels: :func:`batch_key`; the
-    row counts may differ), each batch is trained by :func:`immunize_batch`, and each
-    run is finished by ``finish(job, task, run, train_s)`` (the single engine's per-run evaluation and record),
+    row counts may differ), each batch is trained by :func:`immunize_batch` (each run with its job's ``seed``), and
+    each run is finished by ``finish(job, task, run, train_s)`` (the single engine's per-run evaluation and record),
     ``train_s`` being its share of the batch's training time.
 
     Yields ``(index into jobs, result)`` as soon as each run is finished (a store appends it there: a killed sweep
@@ -240,7 +251,7 @@ def run_batch(jobs: Sequence[dict[str, Any]], device: str = "cpu", batch_size: i
     for idx in group_batches(range(len(jobs)), keys.__getitem__, batch_size):
         tasks = [task_of(jobs[i]) for i in idx]
         start = time.perf_counter()
-        runs = immunize_batch(tasks, cfgs[idx[0]], [int(jobs[i]["seed"]) for i in idx], device)
+        runs = immunize_batch(tasks, cfgs[idx[0]], [jobs[i].seed for i in idx], device)
         share = (time.perf_counter() - start) / len(idx)
         for i, task, run in zip(idx, tasks, runs):
             yield i, finish(jobs[i], task, run, share)

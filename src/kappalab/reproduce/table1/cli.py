@@ -40,7 +40,7 @@ from kappalab.results import MEAN_STD_CONVENTION
 
 from .constants import ALL, HINTS, ORDER, PAPER_TABLE1
 from .report import csv_rows, figure, markdown, summarize
-from .run import config_of, data_identity_of, probe, run_one, steps_per_epoch, task_of
+from .run import RunSpec, config_of, data_identity_of, probe, run_one, steps_per_epoch, task_of
 
 SELECTIONS = ("none", "paper", "validation")
 QUICK_EPOCHS = {"paper": 3, "official": 2}
@@ -174,17 +174,14 @@ def main(argv: list[str]) -> int:
                     overrides_m = {**method_overrides(overrides, method),
                                    **({"epochs": args.epochs} if args.epochs is not None else {}),
                                    **({"eta": lr} if lr is not None else {})}
-                    jobs.append(Job(key, {"key": key, "identity": ident, "protocol": args.protocol,
-                                          "method": method, "seed": s, "overrides": overrides_m,
-                                          "data_csv": args.data_csv, "device": args.device,
-                                          "probe_iters": args.probe_iters, "probe_target": args.probe_target,
-                                          "out": str(out), "trajectory": args.trajectory, "data": data_record,
-                                          "processes": args.processes}))
+                    jobs.append(Job(key, RunSpec(key, ident, args.protocol, method, s, overrides_m, args.data_csv,
+                                                 args.device, args.probe_iters, args.probe_target, out,
+                                                 args.trajectory, data_record, args.processes)))
         store = RunStore(out / f"runs_{args.protocol}.jsonl")
         done = run_sweep(jobs, run_one, store, workers=args.workers, threads_per_worker=args.threads,
                          progress=not args.no_progress, desc=f"table1/{args.protocol}{tag}",
-                         extra_record=lambda job: {"identity": job.params["identity"], "provenance": provenance(
-                             job.params["seed"], run_configs[job.key], device=args.device,
+                         extra_record=lambda job: {"identity": job.spec.identity, "provenance": provenance(
+                             job.spec.seed, run_configs[job.key], device=args.device,
                              data_label=task.data_label)})
         wanted = {job.key for job in jobs}
         stored = {r["key"]: r for r in store.records() if r["key"] in wanted}

@@ -4,10 +4,15 @@ identity, probe curves and step count); the command is :mod:`.cli`."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from kappalab.immunization import MethodConfig
 
 
 @functools.lru_cache(maxsize=4)
@@ -68,7 +73,39 @@ def emulation(processes: int, task, cfg) -> dict[str, Any] | None:
             "gradients": "mean over ranks", "steps_per_epoch": steps_per_epoch(task, cfg, processes)}
 
 
-def run_one(params: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunSpec:
+    """One Table 1 run, as its worker reads it (typed fields); :meth:`record` is the record's ``params`` (the keys
+    and values its stores have always held) and :attr:`config` its resolved config, built once per run."""
+
+    key: str  #: the run's key (its label and the identity's hash)
+    identity: Mapping[str, Any]  #: its identity (:func:`kappalab.reproduce.identity.identity`)
+    protocol: str
+    method: str  #: a method of Table 1 or a hint baseline (:func:`config_of`)
+    seed: int
+    overrides: Mapping[str, Any]  #: the method's overrides (``--set``, ``--epochs``, the learning rate of ``--lrs``)
+    data_csv: str | None  #: House Prices' train.csv (None: the cached download)
+    device: str
+    probe_iters: int  #: Eq. 16's gradient-descent iterations
+    probe_target: float  #: ... and the relative error counted to
+    out: Path  #: the command's output folder (the run's arrays go under ``out/runs/<key>``)
+    trajectory: bool  #: record the trajectory (:class:`kappalab.immunization.trajectory.TrajectoryRecorder`)
+    data: Mapping[str, Any]  #: the data's identity and rows (the record's ``data``)
+    processes: int  #: > 1: the data-parallel emulation of that many processes
+
+    @functools.cached_property
+    def config(self) -> MethodConfig:
+        """The run's resolved config: ``table1_<protocol>_<method>`` with its overrides."""
+        return config_of(self.protocol, self.method, dict(self.overrides))
+
+    def record(self) -> dict[str, Any]:
+        return {"key": self.key, "identity": self.identity, "protocol": self.protocol, "method": self.method,
+                "seed": self.seed, "overrides": self.overrides, "data_csv": self.data_csv, "device": self.device,
+                "probe_iters": self.probe_iters, "probe_target": self.probe_target, "out": str(self.out),
+                "trajectory": self.trajectory, "data": self.data, "processes": self.processes}
+
+
+def run_one(spec: RunSpec) -> dict[str, Any]:
     """Sweep worker: train (``processes`` > 1: the data-parallel emulation), evaluate, save theta_I / bias / probe
     curves (and the trajectory) under ``OUT/runs/<key>/``. The evaluation, probes and trajectory read the task's
     float64 rows for every run (the data-parallel run trains on the rows rounded to float32)."""
@@ -77,38 +114,37 @@ def run_one(params: dict[str, Any]) -> dict[str, Any]:
     from kappalab.immunization.protocols import PROTOCOL_CLASSES
     from kappalab.immunization.trajectory import TrajectoryRecorder
 
-    cfg = config_of(params["protocol"], params["method"], params["overrides"])
-    task = task_of(params["protocol"], params["data_csv"], cfg.extra.n_rows)
-    processes = int(params.get("processes", 1))
+    cfg, processes = spec.config, spec.processes
+    task = task_of(spec.protocol, spec.data_csv, cfg.extra.n_rows)
     recorder = TrajectoryRecorder(task, steps_per_epoch(task, cfg, processes),
-                                  bias=PROTOCOL_CLASSES[cfg.protocol].has_bias) if params.get("trajectory") else None
+                                  bias=PROTOCOL_CLASSES[cfg.protocol].has_bias) if spec.trajectory else None
     if processes > 1:
-        run = immunize_data_parallel(task, cfg, params["seed"], world_size=processes, device=params["device"],
+        run = immunize_data_parallel(task, cfg, spec.seed, world_size=processes, device=spec.device,
                                      observer=recorder)
     else:
-        run = immunize(task, cfg, params["seed"], device=params["device"], progress=False, observer=recorder)
-    folder = Path(params["out"]) / "runs" / params["key"]
+        run = immunize(task, cfg, spec.seed, device=spec.device, progress=False, observer=recorder)
+    folder = spec.out / "runs" / spec.key
     folder.mkdir(parents=True, exist_ok=True)
     if recorder is not None:
         np.savez_compressed(folder / "trajectory.npz", **recorder.arrays())
     np.save(folder / "theta.npy", run.theta_I)
     if run.bias is not None:
         np.save(folder / "bias.npy", run.bias)
-    pr = probe(run.theta_I, run.bias, task, params["probe_iters"], params["probe_target"])
+    pr = probe(run.theta_I, run.bias, task, spec.probe_iters, spec.probe_target)
     for which in ("P", "H"):
         np.save(folder / f"probe_{which}.npy", pr[which].pop("curve"))
+    runs = f"runs/{spec.key}"
     return {
-        "protocol": cfg.protocol, "method": params["method"], "seed": params["seed"], "epochs": cfg.epochs,
-        "eta": cfg.eta, "data": params["data"], "selection": "none", "processes": processes,
+        "protocol": cfg.protocol, "method": spec.method, "seed": spec.seed, "epochs": cfg.epochs,
+        "eta": cfg.eta, "data": spec.data, "selection": "none", "processes": processes,
         "emulation": emulation(processes, task, cfg),
         "evaluation": evaluate(run, task, shift=cfg.extra.shift),
         "probing": pr, "wall_time_s": run.wall_time_s, "n_steps": run.n_steps,
         "degenerate_count": run.degenerate_count,
         "history": {k: [v[0], v[-1]] for k, v in run.history.items()},
-        "files": {"theta_I": f"runs/{params['key']}/theta.npy",
-                  "trajectory": f"runs/{params['key']}/trajectory.npz" if recorder is not None else None,
-                  "bias": f"runs/{params['key']}/bias.npy" if run.bias is not None else None,
-                  "probe": {w: f"runs/{params['key']}/probe_{w}.npy" for w in ("P", "H")}},
+        "files": {"theta_I": f"{runs}/theta.npy",
+                  "trajectory": f"{runs}/trajectory.npz" if recorder is not None else None,
+                  "bias": f"{runs}/bias.npy" if run.bias is not None else None,
+                  "probe": {w: f"{runs}/probe_{w}.npy" for w in ("P", "H")}},
         "config_files": list(cfg.source),
     }
-

@@ -114,8 +114,8 @@ def trajectory_main(args: argparse.Namespace, plan: SweepPlan) -> int:
         check_out(plan.out)
         summary = run_sweep(tplan.jobs(), trajectory_run, tplan.store_path, workers=args.workers,
                             progress=not args.no_progress, desc=f"table2/{plan.protocol}+trajectory",
-                            extra_record=lambda job: {"identity": job.params["identity"], "provenance": provenance(
-                                job.params["seed"], job.params, device=plan.device, data_label=plan.dataset)})
+                            extra_record=lambda job: {"identity": job.spec.identity, "provenance": provenance(
+                                job.spec.seed, job.record(), device=plan.device, data_label=plan.dataset)})
         if summary.run_times_s:
             print(f"table2: {summary.completed} runs in {summary.wall_time_s:.1f} s "
                   f"({float(np.mean(summary.run_times_s)):.1f} s/run); {summary.skipped} were already done")
@@ -267,7 +267,7 @@ def main(argv: list[str]) -> int:
     every = plan.jobs()
     jobs = every if shard is None else shard_jobs(every, *shard, label=lambda job: label_of(job.key))
     header = {"data_label": label, "protocol": plan.protocol, "epochs": plan.epochs, "pool": plan.pool,
-              "data": every[0].params["identity"]["data"], "overrides": plan.overrides,
+              "data": every[0].spec.identity["data"], "overrides": plan.overrides,
               "engine": plan.engine, "shard": args.shard,
               "provenance": provenance(None, {"plan": plan, "configs": {m: plan.config(m) for m in plan.methods}},
                                        device=plan.device, data_label=label)}
@@ -283,8 +283,8 @@ def main(argv: list[str]) -> int:
         print(f"table2: engine {plan.engine} ({engine_why})" + (f", batches of <= {batch} runs"
                                                                  if plan.engine == "batched" else "")
               + ("" if shard is None else f"; shard {args.shard}: {len(jobs)} runs"), flush=True)
-        extra = lambda job: {"identity": job.params["identity"], "provenance": provenance(
-            job.params["seed"], job.params, device=plan.device, data_label=label)}
+        extra = lambda job: {"identity": job.spec.identity, "provenance": provenance(
+            job.spec.seed, job.record(), device=plan.device, data_label=label)}
         desc = f"table2/{plan.protocol}"
         if plan.engine == "batched":
             summary = run_batched_sweep(jobs, batched_runs(plan.device, batch), plan.store_path,

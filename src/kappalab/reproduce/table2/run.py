@@ -5,8 +5,9 @@ under which keys."""
 from __future__ import annotations
 
 import functools
+import operator
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,26 +33,52 @@ def run_label(protocol: str, method: str, a: int, b: int, seed: int, epochs: int
     return f"{protocol}.{method}.{a}-{b}.s{seed}.e{epochs}" + ("" if pool == 1 else f".p{pool}")
 
 
-def config_of(params: dict[str, Any]) -> MethodConfig:
-    """A job's resolved config (its protocol and method, the plan's overrides and epochs)."""
-    return _config(params["protocol"], params["method"], tuple(sorted(params["overrides"].items(), key=str)),
-                   int(params["epochs"]))
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a Table 2 sweep, as its worker reads it (typed fields); :meth:`record` is the record's
+    ``params`` (a file format: the keys and values stores have always held) and :attr:`config` its resolved
+    config, built once per run."""
+
+    key: str  #: the run's key (:func:`run_label` and the identity's hash)
+    identity: Mapping[str, Any]  #: its identity (:func:`kappalab.reproduce.identity.identity`)
+    protocol: str
+    method: str
+    a: int  #: D_P's digit
+    b: int  #: D_H's digit
+    seed: int
+    epochs: int
+    pool: int  #: average pooling of the 28 x 28 images (1: none)
+    out: Path  #: the sweep's output folder (the run's spectra go under ``out/spectra``)
+    device: str
+    dataset: str
+    data_dir: str | None
+    overrides: Mapping[str, Any]  #: the plan's ``--set`` overrides
+    probe: bool  #: measure the independent (probing) measures too
+
+    @functools.cached_property
+    def config(self) -> MethodConfig:
+        """The run's resolved config: its protocol and method, the plan's overrides and epochs."""
+        return _config(self.protocol, self.method, tuple(sorted(self.overrides.items(), key=str)), self.epochs)
+
+    def record(self) -> dict[str, Any]:
+        return {"key": self.key, "identity": self.identity, "protocol": self.protocol, "method": self.method,
+                "a": self.a, "b": self.b, "seed": self.seed, "epochs": self.epochs, "pool": self.pool,
+                "out": str(self.out), "device": self.device, "dataset": self.dataset, "data_dir": self.data_dir,
+                "overrides": self.overrides, "probe": self.probe}
 
 
-def prepare(params: dict[str, Any]) -> LinearTask:
-    """What both engines train on: the job's :class:`~kappalab.immunization.LinearTask` (its pair and seed), checked
-    against its config (:func:`config_of`)."""
-    cfg = config_of(params)
-    task = mnist_task(int(params["a"]), int(params["b"]), int(params["seed"]), params["data_dir"],
-                      int(params["pool"]), params["dataset"])
+def prepare(spec: RunSpec) -> LinearTask:
+    """What both engines train on: the run's :class:`~kappalab.immunization.LinearTask` (its pair and seed), checked
+    against its config."""
+    cfg = spec.config
+    task = mnist_task(spec.a, spec.b, spec.seed, spec.data_dir, spec.pool, spec.dataset)
     if cfg.extra.loss not in (None, task.loss):
         raise ValueError(f"config {cfg.source[-1]}: extra loss {cfg.extra.loss!r} but the MNIST task uses "
                          f"{task.loss!r}")
     return task
 
 
-def finish(params: dict[str, Any], task: LinearTask, run: ImmunizationRun, train_s: float, engine: str
-           ) -> dict[str, Any]:
+def finish(spec: RunSpec, task: LinearTask, run: ImmunizationRun, train_s: float, engine: str) -> dict[str, Any]:
     """What both engines do after training: store the run's spectra, evaluate it, probe it (when asked); returns
     the record's ``result``, which names the ``engine`` that trained it (``train_s``: its training time; a batch's
     time divided by its runs) and keeps its training ``history`` (the whole-task kappas at the config's
@@ -63,51 +90,52 @@ def finish(params: dict[str, Any], task: LinearTask, run: ImmunizationRun, train
     from .data import load_dataset
 
     start = time.perf_counter()
-    a, b, seed = int(params["a"]), int(params["b"]), int(params["seed"])
-    pool, dataset, directory = int(params["pool"]), params["dataset"], params["data_dir"]
-    cfg = config_of(params)
+    cfg = spec.config
     theta = np.asarray(run.theta_I, dtype=np.float64)
-    spectra = run_spectra(task, theta, run.bias, data_spectra(a, b, seed, directory, pool, dataset))
-    folder = Path(params["out"]) / "spectra"
+    spectra = run_spectra(task, theta, run.bias, data_spectra(spec.a, spec.b, spec.seed, spec.data_dir, spec.pool,
+                                                              spec.dataset))
+    folder = spec.out / "spectra"
     folder.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(folder / f"{params['key']}.npz", **spectra)
+    np.savez_compressed(folder / f"{spec.key}.npz", **spectra)
     evaluation = evaluate(run, task, sensitivity=("pinv",), endpoints=False)  # only what the report reads
     result: dict[str, Any] = {
         "gram": rir_from_spectra(spectra), "rtol_sensitivity": rtol_sensitivity(spectra),
         "evaluate": evaluation, "train_s": train_s, "n_steps": run.n_steps,
-        "degenerate_count": run.degenerate_count, "spectra_file": f"spectra/{params['key']}.npz",
+        "degenerate_count": run.degenerate_count, "spectra_file": f"spectra/{spec.key}.npz",
         "config_source": list(cfg.source), "data_label": task.data_label,
         "spectral_route": cfg.extra.spectral_route, "spectra": SPECTRA_METHOD,
         "engine": engine, "engine_notes": list(run.notes), "history": run.history,
-        "data": {**load_dataset(dataset, directory).identity(), "pool": pool,
+        "data": {**load_dataset(spec.dataset, spec.data_dir).identity(), "pool": spec.pool,
                  "rows_used": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}},
     }
-    if params["probe"]:
-        result["probe"] = probe_measures(theta, run.bias, task.X_P, task.X_H, a, b, seed, directory, pool, dataset)
+    if spec.probe:
+        result["probe"] = probe_measures(theta, run.bias, task.X_P, task.X_H, spec.a, spec.b, spec.seed,
+                                         spec.data_dir, spec.pool, spec.dataset)
     result["total_s"] = train_s + time.perf_counter() - start
     return result
 
 
-def run_one(params: dict[str, Any]) -> dict[str, Any]:
-    """Sweep worker of the single engine: :func:`prepare`, immunize the one run, :func:`finish`."""
+def run_one(spec: RunSpec) -> dict[str, Any]:
+    """Sweep worker of the single engine (one BLAS/torch thread per run: the sweep's processes are its
+    parallelism): :func:`prepare`, immunize the one run, :func:`finish`."""
     from kappalab.immunization import immunize
 
-    limit_threads(int(params.get("threads", 1)))
-    task = prepare(params)
+    limit_threads(1)
+    task = prepare(spec)
     start = time.perf_counter()
-    run = immunize(task, config_of(params), int(params["seed"]), device=params["device"])
-    return finish(params, task, run, time.perf_counter() - start, "single")
+    run = immunize(task, spec.config, spec.seed, device=spec.device)
+    return finish(spec, task, run, time.perf_counter() - start, "single")
 
 
 def batched_runs(device: str, batch_size: int):
-    """A :data:`kappalab.sweep.BatchRunner` for :func:`kappalab.sweep.run_batched_sweep`: the jobs' params through
+    """A :data:`kappalab.sweep.BatchRunner` for :func:`kappalab.sweep.run_batched_sweep`: the jobs' specs through
     :func:`kappalab.immunization.batched.run_batch` with :func:`prepare` and :func:`finish` (the batched
     engine's worker)."""
     from kappalab.immunization.batched import run_batch
 
-    def runner(jobs: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-        return run_batch(jobs, device, batch_size, task_of=prepare, config_of=config_of,
-                         finish=lambda job, task, run, train_s: finish(job, task, run, train_s, "batched"))
+    def runner(specs: list[RunSpec]) -> Iterator[tuple[int, dict[str, Any]]]:
+        return run_batch(specs, device, batch_size, task_of=prepare, config_of=operator.attrgetter("config"),
+                         finish=lambda spec, task, run, train_s: finish(spec, task, run, train_s, "batched"))
     return runner
 
 
@@ -159,15 +187,13 @@ class SweepPlan:
                                                       **identity_options(self.engine),
                                                       **eigensolver_option(self.device)})
                     key = run_key(run_label(self.protocol, method, a, b, seed, self.epochs, self.pool), ident)
-                    jobs.append(Job(key, {
-                        "key": key, "identity": ident, "protocol": self.protocol, "method": method, "a": a,
-                        "b": b, "seed": seed, "epochs": self.epochs, "pool": self.pool, "out": str(self.out),
-                        "device": self.device, "dataset": self.dataset, "data_dir": self.data_dir,
-                        "overrides": self.overrides, "probe": probe}))
+                    jobs.append(Job(key, RunSpec(key, ident, self.protocol, method, a, b, seed, self.epochs,
+                                                 self.pool, self.out, self.device, self.dataset, self.data_dir,
+                                                 self.overrides, probe)))
         # seed-major, methods interleaved: a partial sweep covers every method on the same pairs
         order = {pair: i for i, pair in enumerate(self.pairs)}
-        return sorted(jobs, key=lambda j: (j.params["seed"], order[(j.params["a"], j.params["b"])],
-                                           self.methods.index(j.params["method"])))
+        return sorted(jobs, key=lambda j: (j.spec.seed, order[(j.spec.a, j.spec.b)],
+                                           self.methods.index(j.spec.method)))
 
 
 @functools.lru_cache(maxsize=16)

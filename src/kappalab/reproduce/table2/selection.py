@@ -36,7 +36,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -51,6 +51,9 @@ from .data import load_dataset, table2_config
 from .figure import figure2
 from .spectra import rir_from_spectra, rtol_sensitivity, run_spectra
 from .trajectory import PARTS, PairTrajectory, reduce_parts
+
+if TYPE_CHECKING:
+    from kappalab.immunization import MethodConfig
 
 ETAS = (0.0005, 0.001, 0.005, 0.01)  #: App. C.2's learning-rate grid for linear models
 #: the selection rules, the headline first (module docstring)
@@ -110,40 +113,70 @@ def data_record(dataset: str, directory: str | None, splits=None) -> dict[str, A
     return out
 
 
-def trajectory_run(params: dict[str, Any]) -> dict[str, Any]:
-    """Sweep worker: one run of the job's protocol (records without ``protocol``: ``paper``) on the pair's train
-    part, with its trajectory at epoch boundaries; stores trajectory and spectra."""
+@dataclass(frozen=True)
+class TrajectorySpec:
+    """One run of ``--trajectory``, as its worker reads it (typed fields); :meth:`record` is the record's
+    ``params`` (the keys and values its stores have always held) and :attr:`config` its resolved config, built
+    once per run."""
+
+    key: str  #: the run's key (:func:`traj_label` and the identity's hash)
+    identity: Mapping[str, Any]  #: its identity (:func:`kappalab.reproduce.identity.identity`)
+    protocol: str
+    method: str
+    a: int  #: D_P's digit
+    b: int  #: D_H's digit
+    seed: int
+    eta: float  #: the learning rate (a value of ``--etas``)
+    epochs: int
+    every: int  #: the trajectory's epochs between records
+    out: Path  #: the sweep's output folder (``out/spectra``, ``out/trajectories``)
+    dataset: str
+    data_dir: str | None
+    device: str
+    overrides: Mapping[str, Any]  #: the plan's ``--set`` overrides
+
+    @functools.cached_property
+    def config(self) -> MethodConfig:
+        """The run's resolved config: the shipped ``table2_<protocol>_<method>``, the overrides, its epochs and
+        learning rate."""
+        return table2_config(self.protocol, self.method, self.overrides).replace(epochs=self.epochs, eta=self.eta)
+
+    def record(self) -> dict[str, Any]:
+        return {"key": self.key, "identity": self.identity, "protocol": self.protocol, "method": self.method,
+                "a": self.a, "b": self.b, "seed": self.seed, "eta": self.eta, "epochs": self.epochs,
+                "every": self.every, "out": str(self.out), "dataset": self.dataset, "data_dir": self.data_dir,
+                "device": self.device, "overrides": self.overrides}
+
+
+def trajectory_run(spec: TrajectorySpec) -> dict[str, Any]:
+    """Sweep worker (one BLAS/torch thread per run): one run of the spec's protocol on the pair's train part, with
+    its trajectory at epoch boundaries; stores trajectory and spectra."""
     from kappalab.immunization import LinearTask, immunize
     from kappalab.immunization.protocols import PROTOCOL_CLASSES
     from kappalab.reproduce.table1.run import steps_per_epoch
 
-    limit_threads(int(params.get("threads", 1)))
-    a, b, seed = int(params["a"]), int(params["b"]), int(params["seed"])
-    protocol = params.get("protocol", "paper")
-    cfg = table2_config(protocol, params["method"], params["overrides"]).replace(
-        epochs=int(params["epochs"]), eta=float(params["eta"]))
-    splits, reduced = pair_data(params["dataset"], params["data_dir"], a, b, seed,
-                                PROTOCOL_CLASSES[cfg.protocol].has_bias)
+    limit_threads(1)
+    a, b, seed, cfg = spec.a, spec.b, spec.seed, spec.config
+    splits, reduced = pair_data(spec.dataset, spec.data_dir, a, b, seed, PROTOCOL_CLASSES[cfg.protocol].has_bias)
     start = time.perf_counter()
     X_P, X_H = splits.arrays("train")
     task = LinearTask(X_P, np.zeros(len(X_P)), X_H, np.ones(len(X_H)), "bce", f"mnist/{a}-{b}/train",
-                      f"{params['dataset']} pair {a}-{b} train part (seed {seed})")
+                      f"{spec.dataset} pair {a}-{b} train part (seed {seed})")
     steps = steps_per_epoch(task, cfg, 1)
-    recorder = PairTrajectory(reduced, int(params["every"]), steps)
-    run = immunize(task, cfg, seed, device=params["device"], observer=recorder)
+    recorder = PairTrajectory(reduced, spec.every, steps)
+    run = immunize(task, cfg, seed, device=spec.device, observer=recorder)
     train_s = time.perf_counter() - start
     if recorder.epochs[-1] * steps != run.n_steps:
         raise ValueError(f"the trajectory's last epoch ({recorder.epochs[-1]} x {steps} steps) is not the run's end "
-                         f"({run.n_steps} steps): --every {params['every']} must divide the epochs")
+                         f"({run.n_steps} steps): --every {spec.every} must divide the epochs")
     r = recorder.reduced["train"]
     spectra = run_spectra(task, run.theta_I, run.bias, {"K_P": r["K_P"], "K_H": r["K_H"]})
-    out = Path(params["out"])
-    files = {"spectra": f"spectra/{params['key']}.npz", "trajectory": f"trajectories/{params['key']}.npz"}
+    files = {"spectra": f"spectra/{spec.key}.npz", "trajectory": f"trajectories/{spec.key}.npz"}
     for name, arrays in (("spectra", spectra), ("trajectory", recorder.arrays())):
-        (out / files[name]).parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(out / files[name], **arrays)
+        (spec.out / files[name]).parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(spec.out / files[name], **arrays)
     return {"gram": rir_from_spectra(spectra), "rtol_sensitivity": rtol_sensitivity(spectra), "files": files,
-            "data": data_record(params["dataset"], params["data_dir"], splits), "train_s": train_s,
+            "data": data_record(spec.dataset, spec.data_dir, splits), "train_s": train_s,
             "n_steps": run.n_steps, "steps_per_epoch": steps, "degenerate_count": run.degenerate_count,
             "config_source": list(cfg.source), "total_s": time.perf_counter() - start}
 
@@ -184,12 +217,9 @@ class TrajectoryPlan:
                                                                 "parts": "pair_splits", "device": self.device,
                                                                 "dtype": "float64", **eigensolver_option(self.device)})
                         key = run_key(traj_label(self.protocol, method, a, b, seed, eta, self.epochs), ident)
-                        jobs.append(Job(key, {"key": key, "identity": ident, "protocol": self.protocol,
-                                              "method": method, "a": a, "b": b, "seed": seed, "eta": eta,
-                                              "epochs": self.epochs, "every": self.every,
-                                              "out": str(self.out), "dataset": self.dataset,
-                                              "data_dir": self.data_dir, "device": self.device,
-                                              "overrides": self.overrides}))
+                        jobs.append(Job(key, TrajectorySpec(key, ident, self.protocol, method, a, b, seed, eta,
+                                                            self.epochs, self.every, self.out, self.dataset,
+                                                            self.data_dir, self.device, self.overrides)))
         return jobs
 
 

@@ -4,11 +4,11 @@ task, ``--calibrate``, ``--search``, the runs, then the table and figure (``--ag
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -18,28 +18,28 @@ from ...deep.train import world
 from ...extremes import eigensolver_option
 from ...results import RunStore, to_jsonable
 from ..identity import data_identity, identity
-from .config import resolved
+from .config import Table3Config, resolved
 from .proxy import proxy_task
 from .report import aggregate
 from .run import _calibration, run_keys, run_task
 from .search import run_search
 
 
-def _data_identity(cfg: dict[str, Any], args: argparse.Namespace) -> dict[str, str]:
+def _data_identity(cfg: Table3Config, args: argparse.Namespace) -> dict[str, str]:
     """The proxy: the embedded MNIST subset's arrays and the digits. The paper's nets: the folders and the weights
     file's sha256 (hashing ImageNet's files is out of reach; the folders are named instead)."""
     if args.proxy or args.smoke:
         from ...data.mnist import load_mnist
 
         data = load_mnist()
-        name = (f"mnist-subset/{cfg['pretrain_digits']}-vs-{cfg['harmful_digits']}" if args.proxy
-                else f"mnist-subset digits at 224x224 ({cfg['name']}, {cfg['smoke_per_class']} per class)")
+        name = (f"mnist-subset/{cfg.pretrain_digits}-vs-{cfg.harmful_digits}" if args.proxy
+                else f"mnist-subset digits at 224x224 ({cfg.name}, {cfg.smoke_per_class} per class)")
         return data_identity(name, {"images": data.images, "labels": data.labels})
     import hashlib
 
     digest = hashlib.sha256(Path(args.weights).read_bytes()).hexdigest() if args.weights and Path(
         args.weights).is_file() else "no weights file"
-    return {"name": f"imagenet-1k ({args.imagenet}) vs {cfg['harmful']} ({args.harmful_dir})",
+    return {"name": f"imagenet-1k ({args.imagenet}) vs {cfg.harmful} ({args.harmful_dir})",
             "sha256": f"weights {digest}"}
 
 
@@ -57,10 +57,10 @@ def run(call) -> int:
 
 def _run(call) -> int:
     args, cfg, out, seeds, methods, title = call.args, call.cfg, call.out, call.seeds, call.methods, call.title
-    unknown = [m for m in cfg["methods"] + methods if m not in METHODS]
+    unknown = [m for m in cfg.methods + methods if m not in METHODS]
     if unknown:
-        raise UsageError(f"config {cfg['config_file']}: unknown methods {unknown}; choose from {METHODS}")
-    if cfg["arch"] == "efficientnet_lite0":
+        raise UsageError(f"config {cfg.config_file}: unknown methods {unknown}; choose from {METHODS}")
+    if cfg.arch == "efficientnet_lite0":
         from .real_report import run_and_report
 
         return run_and_report(call)
@@ -70,10 +70,9 @@ def _run(call) -> int:
                                          **eigensolver_option(args.device)})["hash"]
     work = (Path(args.work) if args.work else out / "work") / tag
     if args.search:
-        if not args.proxy or not cfg.get("search") or cfg["protocol"] != "paper":
+        if not args.proxy or not cfg.search or cfg.protocol != "paper":
             raise UsageError("--search: needs --proxy and a config with a 'search' block")
-        cfg["methods"] = methods
-        result = run_search(cfg, out, work.with_name(work.name + "_search"))
+        result = run_search(dataclasses.replace(cfg, methods=methods), out, work.with_name(work.name + "_search"))
         print(json.dumps({m: {k: v for k, v in x.items() if k != "val"} for m, x in result["selected"].items()},
                          indent=2))
         return 0
@@ -91,7 +90,7 @@ def _run(call) -> int:
             if args.smoke:
                 from ...deep.smoke import make_digit_folders
 
-                args.imagenet, args.harmful_dir = map(str, make_digit_folders(work / "data", cfg["smoke_per_class"]))
+                args.imagenet, args.harmful_dir = map(str, make_digit_folders(work / "data", cfg.smoke_per_class))
             try:
                 task = paper_task(cfg, args, work)
             except (ValueError, FileNotFoundError, ImportError) as error:  # missing inputs or kappalab[deep]
@@ -103,7 +102,7 @@ def _run(call) -> int:
         t0 = time.perf_counter()
         with store.lock():
             run_task(task, cfg, store, work, seeds, methods, keys)
-        print(f"table3 {cfg['name']}: runs finished in {time.perf_counter() - t0:.0f} s this call")
+        print(f"table3 {cfg.name}: runs finished in {time.perf_counter() - t0:.0f} s this call")
         if world()[0] != 0:
             return 0  # tables and figures are rank 0's
         wanted = {key for key, _ in keys.values()}
@@ -117,5 +116,5 @@ def _run(call) -> int:
     if not records:
         print(f"kappalab reproduce table3: no records of this config in {store.path}", file=sys.stderr)
         return 1
-    print(aggregate(records, out, title, "" if cfg["protocol"] == "paper" else "_official"))
+    print(aggregate(records, out, title, "" if cfg.protocol == "paper" else "_official"))
     return 0

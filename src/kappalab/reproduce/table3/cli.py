@@ -45,11 +45,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kappalab.cli_options import (RESULTS, Parser, UsageError, check_device, check_out, command, seed as seed_type,
                                   unique)
 from kappalab.configs import PROTOCOLS
+from kappalab.reproduce.table3.config import Table3Config
 
 #: the method names (kappalab.deep.METHODS; repeated here so that parsing needs no torch, checked by a test)
 METHODS = ("ours", "rill_only", "imma", "opt_kappa")
@@ -95,7 +95,7 @@ class Call:
     and the report's title."""
 
     args: argparse.Namespace
-    cfg: dict[str, Any]
+    cfg: Table3Config
     out: Path
     seeds: list[int]
     methods: list[str]
@@ -138,23 +138,23 @@ def prepare(argv: list[str]) -> Call:
         cfg = load_table3_config(args.config or "proxy", quick=args.quick, overrides=overrides, protocol=protocol)
         default_out = RESULTS / ("table3_quick" if args.quick else "table3")
         title = ("CPU-scale analogue (SmallCNN, MNIST subset 0-4 vs 5-9)" + (" [quick]" if args.quick else "")
-                 + (f", {cfg['label']}" if cfg.get("label") else "") + "\nnot the paper's experiment")
+                 + (f", {cfg.label}" if cfg.label else "") + "\nnot the paper's experiment")
     elif args.smoke:
         cfg = load_table3_config(args.config or f"{args.arch}_smoke", overrides=overrides, protocol=protocol)
-        default_out = RESULTS / "table3" / cfg["name"]
-        title = f"{cfg['timm_name']} (random weights), MNIST digits 0-4 vs 5-9 at 224x224 [smoke]"
+        default_out = RESULTS / "table3" / cfg.name
+        title = f"{cfg.timm_name} (random weights), MNIST digits 0-4 vs 5-9 at 224x224 [smoke]"
     else:
         cfg = load_table3_config(args.config or f"{args.arch}_{args.harmful}", overrides=overrides,
                                  protocol=protocol)
-        default_out = RESULTS / "table3" / cfg["name"]
-        title = (f"{cfg['timm_name']} (ImageNet weights, trunk cut {cfg['trunk_cut']}), D_P {cfg['pretrain_data']} "
-                 f"vs D_H {cfg['harmful']} at {cfg['image_size']} px" if real
-                 else f"{cfg['timm_name']}, ImageNet-1k vs {args.harmful}")
+        default_out = RESULTS / "table3" / cfg.name
+        title = (f"{cfg.timm_name} (ImageNet weights, trunk cut {cfg.trunk_cut}), D_P {cfg.pretrain_data} "
+                 f"vs D_H {cfg.harmful} at {cfg.image_size} px" if real
+                 else f"{cfg.timm_name}, ImageNet-1k vs {args.harmful}")
     title += f"\nprotocol: {protocol} (" + ("the paper's text" if protocol == "paper" else
                                          "the authors' public code as read") + ")"
     out = check_out(Path(args.out) if args.out else default_out)
-    seeds = list(unique(args.seeds or cfg["seeds"], "--seeds"))
-    methods = list(unique(args.methods or cfg["methods"], "--methods"))
+    seeds = list(unique(args.seeds or cfg.seeds, "--seeds"))
+    methods = list(unique(args.methods or cfg.methods, "--methods"))
     return Call(args, cfg, out, seeds, methods, title)
 
 

@@ -8,13 +8,15 @@ reason, in the same ``choices`` / ``reasons`` form) and an optional ``"quick"`` 
 Any other key is a :class:`~kappalab.configs.ConfigError` naming the key and the file. The layers apply in that
 order: top level, ``official`` (``--protocol official`` only), ``quick`` (``--quick`` only), then ``--set
 KEY=VALUE`` (dotted keys: ``lambda_H=5e3``, ``search.max_epochs=2``). The protocol itself is not a file or
-``--set`` value: the loader records the one it applied in the field ``protocol``. The loaded config is a flat dict
-(what :mod:`kappalab.deep` reads) built from the dataclass, so every key is present with its declared default.
+``--set`` value: the loader records the one it applied in the field ``protocol``. The loaded config is the frozen
+:class:`Table3Config` (what :mod:`kappalab.reproduce.table3` and :mod:`kappalab.deep` read, attribute by attribute):
+every field present with its declared default, and the loader's own three (:data:`LOADER_FIELDS`: the reasons, the
+file read, ``--quick``), which no file or ``--set`` names.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping
 
 from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, read, set_dotted
@@ -97,9 +99,18 @@ class Table3Config:
     transforms: str = "timm_eval"  #: image folders: "timm_eval" (every split) or "authors" (see imagefolder)
     #: official protocol: what of the authors' code this config does not follow, each with its reason
     unfollowed: dict[str, str] | None = None
+    # the loader's (:data:`LOADER_FIELDS`): not in a file, not settable, not part of a run's identity
+    reasons: dict[str, str] = field(default_factory=dict)  #: why each value is what it is (the file's reasons)
+    config_file: str = ""  #: the file read (``kappalab/configs/<name>.json`` for a shipped one)
+    quick: bool = False  #: the ``quick`` block was applied (``--quick``)
 
 
-FIELD_NAMES = tuple(f.name for f in fields(Table3Config))
+#: the fields :func:`load_table3_config` fills in itself (not a file's or ``--set``'s keys)
+LOADER_FIELDS = ("reasons", "config_file", "quick")
+
+
+#: the fields a config file (or ``--set``) gives
+FIELD_NAMES = tuple(f.name for f in fields(Table3Config) if f.name not in LOADER_FIELDS)
 _REQUIRED = tuple(f.name for f in fields(Table3Config) if f.default is MISSING and f.default_factory is MISSING)
 #: what ``--set`` may name (the protocol is chosen with ``--protocol``)
 OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES if n != "protocol"},
@@ -132,9 +143,9 @@ def _choices(where: str, prefix: str, block: Mapping[str, Any], cfg: dict[str, A
 
 
 def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, Any] | None = None,
-                       protocol: str = "paper") -> dict[str, Any]:
-    """A Table 3 config (shipped ``table3_<name>.json`` or a path) under ``protocol`` as one flat dict: every
-    field of :class:`Table3Config`, plus ``reasons``, ``config_file`` and ``quick``."""
+                       protocol: str = "paper") -> Table3Config:
+    """A Table 3 config (shipped ``table3_<name>.json`` or a path) under ``protocol``: every field of
+    :class:`Table3Config`, with the loader's ``reasons``, ``config_file`` and ``quick``."""
     raw, path = read(name if name.endswith(".json") else f"table3_{name}")
     where = str(path)
     if protocol not in PROTOCOLS:
@@ -172,22 +183,21 @@ def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, A
     missing = [k for k in _REQUIRED if k not in cfg]
     if missing:
         raise ConfigError(f"config {where}: lacks {missing}")
-    out = asdict(Table3Config(**cfg))
-    if out["norm_statistics"] not in NORM_STATISTICS:
-        raise ConfigError(f"config {where}: norm_statistics must be one of {NORM_STATISTICS}, "
-                          f"got {out['norm_statistics']!r}")
     try:
         shown = f"kappalab/configs/{path.resolve().relative_to(CONFIG_DIR.resolve())}"
     except ValueError:
         shown = str(path)
-    out.update(reasons=reasons, config_file=shown, quick=quick)
-    return out
+    loaded = Table3Config(**cfg, reasons=reasons, config_file=shown, quick=quick)
+    if loaded.norm_statistics not in NORM_STATISTICS:
+        raise ConfigError(f"config {where}: norm_statistics must be one of {NORM_STATISTICS}, "
+                          f"got {loaded.norm_statistics!r}")
+    return loaded
 
 
-def resolved(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def resolved(cfg: Table3Config) -> dict[str, Any]:
     """The part of a loaded config that a run's numbers depend on (its identity's config): every field except
     the descriptive ones and the run list (seeds and methods are part of each run's own options); the fields of
     :data:`IDENTITY_DEFAULTS` only where they differ from those values."""
     descriptive = ("description", "label", "seeds", "methods", "lambda_rule", "unfollowed")
-    return {k: cfg.get(k) for k in FIELD_NAMES if k not in descriptive
-            and not (k in IDENTITY_DEFAULTS and cfg.get(k, IDENTITY_DEFAULTS[k]) == IDENTITY_DEFAULTS[k])}
+    return {k: getattr(cfg, k) for k in FIELD_NAMES if k not in descriptive
+            and not (k in IDENTITY_DEFAULTS and getattr(cfg, k) == IDENTITY_DEFAULTS[k])}

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from ...deep.task import Task
 from ...provenance import provenance
 from ...results import RunStore
 from ..identity import identity
-from .config import resolved
+from .config import Table3Config, resolved
 from .real_data import Parts, draw_parts
 from .run import _calibration, objective_config, train_config
 
@@ -52,24 +53,24 @@ class RealData:
     trunk: dict[str, dict[str, Any]]
     weights_sha256: str
 
-    def identity(self, cfg: dict[str, Any]) -> dict[str, Any]:
+    def identity(self, cfg: Table3Config) -> dict[str, Any]:
         """The data entry of a run identity: both datasets' parts, the weights' and trunk cache's keys."""
-        return {"name": f"D_P {cfg['pretrain_data']} / D_H {cfg['harmful']}", "weights_sha256": self.weights_sha256,
+        return {"name": f"D_P {cfg.pretrain_data} / D_H {cfg.harmful}", "weights_sha256": self.weights_sha256,
                 "P": self.parts["P"].identity(), "H": self.parts["H"].identity(),
                 "trunk_keys": {t: m["key"] for t, m in self.trunk.items()}}
 
 
-def load_real_data(cfg: dict[str, Any]) -> tuple[nn.Module, RealData]:
+def load_real_data(cfg: Table3Config) -> tuple[nn.Module, RealData]:
     """The pretrained network (float64, eval mode) and the cached trunk activations of both tasks' parts."""
     from ...deep.efficientnet import WEIGHTS_SHA256, load_efficientnet_lite0
     from ...deep.trunk import cached_trunk
 
     net = load_efficientnet_lite0(dtype=torch.float32)
     parts, X, y, trunk = {}, {}, {}, {}
-    for tag, name in (("P", cfg["pretrain_data"]), ("H", cfg["harmful"])):
-        parts[tag] = draw_parts(name, cfg["per_class"], cfg["split_seed_real"])
-        acts, trunk[tag] = cached_trunk(net, WEIGHTS_SHA256, parts[tag].all_images(), cfg["trunk_cut"],
-                                        cfg["image_size"])
+    for tag, name in (("P", cfg.pretrain_data), ("H", cfg.harmful)):
+        parts[tag] = draw_parts(name, cfg.per_class, cfg.split_seed_real)
+        acts, trunk[tag] = cached_trunk(net, WEIGHTS_SHA256, parts[tag].all_images(), cfg.trunk_cut,
+                                        cfg.image_size)
         for part, rows in parts[tag].offsets().items():
             X[tag, part] = torch.from_numpy(acts[rows]).to(torch.float64)
             y[tag, part] = torch.from_numpy(parts[tag].labels[part])
@@ -96,19 +97,19 @@ def fit_head(F: torch.Tensor, y: torch.Tensor, l2: float, max_iter: int = 300) -
     return head.requires_grad_(False)
 
 
-def build_task(net: nn.Module, data: RealData, cfg: dict[str, Any]) -> Task:
+def build_task(net: nn.Module, data: RealData, cfg: Table3Config) -> Task:
     """The :class:`~kappalab.deep.task.Task` of one direction and protocol (theta_0 as in the module docstring)."""
     from ...deep.trunk import split_tail
 
     def fresh() -> ImmunizableModel:
         copy_ = copy.deepcopy(net)
-        trainable, neck = split_tail(copy_, cfg["trunk_cut"])
+        trainable, neck = split_tail(copy_, cfg.trunk_cut)
         return ImmunizableModel(nn.Identity(), trainable, neck, nn.Linear(1, 1, dtype=torch.float64),
-                                copy_.num_features, dummy=cfg["protocol"] == "paper", ridge=cfg["dummy_ridge"],
-                                side=cfg["dummy_side"], norm_statistics=cfg["norm_statistics"])
+                                copy_.num_features, dummy=cfg.protocol == "paper", ridge=cfg.dummy_ridge,
+                                side=cfg.dummy_side, norm_statistics=cfg.norm_statistics)
 
     base = fresh()
-    head = fit_head(extract_features(base, data.X["P", "train"]), data.y["P", "train"], cfg["head_l2"])
+    head = fit_head(extract_features(base, data.X["P", "train"]), data.y["P", "train"], cfg.head_l2)
 
     def theta0(seed: int) -> ImmunizableModel:
         model = fresh()
@@ -118,34 +119,34 @@ def build_task(net: nn.Module, data: RealData, cfg: dict[str, Any]) -> Task:
     def loaders(seed: int):
         from torch.utils.data import DataLoader, TensorDataset
 
-        return tuple(DataLoader(TensorDataset(data.X[t, "train"], data.y[t, "train"]), batch_size=cfg["batch_size"],
+        return tuple(DataLoader(TensorDataset(data.X[t, "train"], data.y[t, "train"]), batch_size=cfg.batch_size,
                                 shuffle=True, generator=torch.Generator().manual_seed(offset + seed))
                      for t, offset in (("P", 1000), ("H", 2000)))
 
-    return Task(name=cfg["name"], theta0=theta0, loaders=loaders, rir_P=data.X["P", "heldout"],
+    return Task(name=cfg.name, theta0=theta0, loaders=loaders, rir_P=data.X["P", "heldout"],
                 rir_H=data.X["H", "heldout"], test_P=(data.X["P", "test"], data.y["P", "test"]),
                 probe=((data.X["H", "train"], data.y["H", "train"]), (data.X["H", "test"], data.y["H", "test"])),
                 harmful_classes=CLASSES, device="cpu",
-                data_label=f"{cfg['pretrain_data']} (D_P) vs {cfg['harmful']} (D_H), EfficientNet-Lite0 trunk "
-                           f"activations at {cfg['image_size']} px, cut {cfg['trunk_cut']}")
+                data_label=f"{cfg.pretrain_data} (D_P) vs {cfg.harmful} (D_H), EfficientNet-Lite0 trunk "
+                           f"activations at {cfg.image_size} px, cut {cfg.trunk_cut}")
 
 
-def utility(model: ImmunizableModel, data: RealData, imagenet_head: nn.Module, cfg: dict[str, Any]
+def utility(model: ImmunizableModel, data: RealData, imagenet_head: nn.Module, cfg: Table3Config
             ) -> dict[str, Any]:
     """Utility measured without kappa: the model's own D_P head accuracy, a fresh D_P linear probe's accuracy, the
     D_H probe's iterations to ``probe_target_loss`` and its test-accuracy curve (Figure 3), and the ImageNet head's
     top-1 classes on the D_P test images (compared with theta_0's by the caller)."""
     F = {k: extract_features(model, data.X[k]) for k in (("P", "train"), ("P", "test"), ("H", "train"),
                                                            ("H", "test"))}
-    probe = fit_head(F["P", "train"], data.y["P", "train"], cfg["head_l2"])
+    probe = fit_head(F["P", "train"], data.y["P", "train"], cfg.head_l2)
     return {
         "dp_test_acc": accuracy(model, (data.X["P", "test"], data.y["P", "test"])),
         "dp_probe_acc": float((probe(F["P", "test"]).argmax(1) == data.y["P", "test"]).double().mean()),
         "dh_probe_iterations": probe_iterations_to_loss(F["H", "train"], data.y["H", "train"], num_classes=CLASSES,
-                                                        target=cfg["probe_target_loss"],
-                                                        max_iter=cfg["probe_max_iter"]),
+                                                        target=cfg.probe_target_loss,
+                                                        max_iter=cfg.probe_max_iter),
         "probe_curve": linear_probe_curve(F["H", "train"], data.y["H", "train"], F["H", "test"], data.y["H", "test"],
-                                          epochs=cfg["probe_epochs"], num_classes=CLASSES, step=cfg["probe_step"]),
+                                          epochs=cfg.probe_epochs, num_classes=CLASSES, step=cfg.probe_step),
         "imagenet_top1": imagenet_head(F["P", "test"]).argmax(1).tolist(),
     }
 
@@ -160,7 +161,7 @@ def singular_values(F: np.ndarray) -> list[float]:
     return np.linalg.svd(F, compute_uv=False).tolist()
 
 
-def run_real(cfg: dict[str, Any], store: RunStore, work: Path, seeds: list[int], methods: list[str]) -> list[str]:
+def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], methods: list[str]) -> list[str]:
     """Run every missing ``init`` and method record of ``cfg``'s direction and protocol; returns their keys."""
     from ...estimators import estimate_all
 
@@ -176,7 +177,7 @@ def run_real(cfg: dict[str, Any], store: RunStore, work: Path, seeds: list[int],
     for seed in seeds:
         ident = {m: identity(resolved(cfg), data_id, {"seed": seed, "method": m, "device": "cpu", "dtype": "float64"})
                  for m in ["init", *methods]}
-        key = {m: f"{cfg['name']}/{cfg['protocol']}/seed{seed}/{m}.{ident[m]['hash']}" for m in ident}
+        key = {m: f"{cfg.name}/{cfg.protocol}/seed{seed}/{m}.{ident[m]['hash']}" for m in ident}
         keys += key.values()
         init = next((r for r in store.records() if r["key"] == key["init"]), None)
         for method in ["init", *methods]:
@@ -184,7 +185,7 @@ def run_real(cfg: dict[str, Any], store: RunStore, work: Path, seeds: list[int],
                 continue
             cpu, wall = time.process_time(), time.perf_counter()
             base = task.theta0(seed)
-            record: dict[str, Any] = {"key": key[method], "task": cfg["name"], "protocol": cfg["protocol"],
+            record: dict[str, Any] = {"key": key[method], "task": cfg.name, "protocol": cfg.protocol,
                                       "seed": seed, "method": method, "identity": ident[method],
                                       "trunk": data.trunk, "trunk_load": {"cpu_s": load_cpu, "wall_s": load_wall}}
             if not base_util:
@@ -195,12 +196,12 @@ def run_real(cfg: dict[str, Any], store: RunStore, work: Path, seeds: list[int],
                 record["utility"] = dict(base_util)
             else:
                 lambdas = {k: v for k, v in init["calibration"]["balanced"].items()}
-                run_cfg = {**cfg, **lambdas}
+                run_cfg = dataclasses.replace(cfg, **lambdas)
                 model = copy.deepcopy(base)
                 torch.manual_seed(seed)
                 record["lambdas"] = lambdas
                 record["history"] = immunize(model, method, CombinedLoader(*task.loaders(seed),
-                                                                          epoch_on=cfg["epoch_on"]),
+                                                                          epoch_on=cfg.epoch_on),
                                              objective_config(run_cfg, CLASSES), train_config(run_cfg, method),
                                              progress=False)
                 record["utility"] = utility(model, data, imagenet_head, cfg)

@@ -87,7 +87,7 @@ def run_and_report(call) -> int:
     args, cfg, out = call.args, call.cfg, call.out
     store = RunStore(out / "runs.jsonl")
     if args.aggregate_only:
-        records = [r for r in store.records() if r["task"] == cfg["name"] and r["protocol"] == cfg["protocol"]
+        records = [r for r in store.records() if r["task"] == cfg.name and r["protocol"] == cfg.protocol
                    and r["seed"] in call.seeds]
     else:
         from .real import run_real
@@ -97,12 +97,12 @@ def run_and_report(call) -> int:
             keys = set(run_real(cfg, store, work, call.seeds, call.methods))
         records = [r for r in store.records() if r["key"] in keys]
     if not records:
-        print(f"kappalab reproduce table3: no records of {cfg['name']} ({cfg['protocol']}) in {store.path}",
+        print(f"kappalab reproduce table3: no records of {cfg.name} ({cfg.protocol}) in {store.path}",
               file=sys.stderr)
         return 1
     table = real_table(records, call.title)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"table_{cfg['name']}_{cfg['protocol']}.md").write_text(table)
+    (out / f"table_{cfg.name}_{cfg.protocol}.md").write_text(table)
     print(table)
     return 0
 

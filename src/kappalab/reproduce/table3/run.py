@@ -23,43 +23,43 @@ from ...extremes import eigensolver_option
 from ...provenance import provenance
 from ...results import RunStore
 from ..identity import identity
-from .config import load_table3_config, resolved
+from .config import Table3Config, load_table3_config, resolved
 
 
-def load_config(name: str, quick: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A Table 3 config (shipped ``table3_<name>.json`` or a path) as one flat dict
-    (:func:`kappalab.reproduce.table3.config.load_table3_config`); its methods must be known."""
+def load_config(name: str, quick: bool = False, overrides: dict[str, Any] | None = None) -> Table3Config:
+    """A Table 3 config (shipped ``table3_<name>.json`` or a path), the frozen :class:`Table3Config` of
+    :func:`kappalab.reproduce.table3.config.load_table3_config`; its methods must be known."""
     cfg = load_table3_config(name, quick, overrides)
-    unknown = [m for m in cfg["methods"] if m not in METHODS]
+    unknown = [m for m in cfg.methods if m not in METHODS]
     if unknown:
-        raise ValueError(f"config {cfg['config_file']}: unknown methods {unknown}; choose from {METHODS}")
+        raise ValueError(f"config {cfg.config_file}: unknown methods {unknown}; choose from {METHODS}")
     return cfg
 
 
-def objective_config(cfg: dict[str, Any], harmful_classes: int) -> ObjectiveConfig:
+def objective_config(cfg: Table3Config, harmful_classes: int) -> ObjectiveConfig:
     """The :class:`ObjectiveConfig` of a loaded config."""
-    return ObjectiveConfig(lambda_P=cfg["lambda_P"], lambda_H=cfg["lambda_H"],
-                           lambda_kappa=cfg.get("lambda_kappa") or 0.0, lambda_imma=cfg.get("lambda_imma") or 0.0,
-                           imma_inner_steps=cfg["imma_inner_steps"], imma_inner_lr=cfg["imma_inner_lr"],
-                           harmful_classes=harmful_classes, label_smoothing=cfg["label_smoothing"],
-                           reg_rtol=cfg["reg_rtol"], on_degenerate=cfg["on_degenerate"],
-                           protocol=cfg.get("protocol") or "paper", official_k=cfg.get("image_size"))
+    return ObjectiveConfig(lambda_P=cfg.lambda_P, lambda_H=cfg.lambda_H,
+                           lambda_kappa=cfg.lambda_kappa or 0.0, lambda_imma=cfg.lambda_imma or 0.0,
+                           imma_inner_steps=cfg.imma_inner_steps, imma_inner_lr=cfg.imma_inner_lr,
+                           harmful_classes=harmful_classes, label_smoothing=cfg.label_smoothing,
+                           reg_rtol=cfg.reg_rtol, on_degenerate=cfg.on_degenerate,
+                           protocol=cfg.protocol, official_k=cfg.image_size)
 
 
-def train_config(cfg: dict[str, Any], method: str | None = None) -> TrainConfig:
+def train_config(cfg: Table3Config, method: str | None = None) -> TrainConfig:
     """The :class:`TrainConfig` of a loaded config (``method_epochs[method]`` overrides ``epochs`` when given)."""
-    epochs = (cfg.get("method_epochs") or {}).get(method, cfg["epochs"])
-    return TrainConfig(lr=cfg["eta"], momentum=cfg["momentum"], extractor_weight_decay=cfg["extractor_weight_decay"],
-                       classifier_weight_decay=cfg["classifier_weight_decay"], epochs=epochs)
+    epochs = (cfg.method_epochs or {}).get(method, cfg.epochs)
+    return TrainConfig(lr=cfg.eta, momentum=cfg.momentum, extractor_weight_decay=cfg.extractor_weight_decay,
+                       classifier_weight_decay=cfg.classifier_weight_decay, epochs=epochs)
 
 
-def _calibration(task: Task, model: ImmunizableModel, cfg: dict[str, Any], seed: int) -> dict[str, Any]:
+def _calibration(task: Task, model: ImmunizableModel, cfg: Table3Config, seed: int) -> dict[str, Any]:
     """Mean gradient norms of every term at theta_0 over ``calibration_batches`` batch pairs, and the balanced
     lambdas (tied extreme eigenvalues of a batch's H~ are counted, not printed). Computed on a copy of ``model``
     in training mode, as a training step sees it: BatchNorm layers of the immunized blocks use batch statistics
     and update the copy's running statistics, never theta_0's (frozen layers stay in eval mode)."""
     model = copy.deepcopy(model).train()
-    batches = int(cfg.get("calibration_batches", 5))
+    batches = cfg.calibration_batches
     obj = objective_config(cfg, task.harmful_classes)
     pairs = list(zip(range(batches), CombinedLoader(*task.loaders(seed), epoch_on="longer")))
     norms: dict[str, list[float]] = {}
@@ -80,7 +80,7 @@ def _calibration(task: Task, model: ImmunizableModel, cfg: dict[str, Any], seed:
             "balanced": {weight_of[k]: balanced_scale(mean["task"], v) for k, v in mean.items() if k != "task"}}
 
 
-def evaluate(task: Task, model: ImmunizableModel, reference: ImmunizableModel | None, cfg: dict[str, Any],
+def evaluate(task: Task, model: ImmunizableModel, reference: ImmunizableModel | None, cfg: Table3Config,
              seed: int) -> dict[str, Any]:
     """D_P test accuracy, Figure 3's probe curve, and (with a reference theta_0) Eq. 17 exact and estimated."""
     (Xtr, ytr), (Xte, yte) = task.probe
@@ -88,18 +88,18 @@ def evaluate(task: Task, model: ImmunizableModel, reference: ImmunizableModel | 
     out: dict[str, Any] = {
         "dp_test_acc": accuracy(model, task.test_P, task.device),
         "probe_curve": linear_probe_curve(F_tr, ytr.to(task.device), F_te, yte.to(task.device),
-                                          epochs=cfg["probe_epochs"], num_classes=task.harmful_classes,
-                                          step=cfg["probe_step"]),
+                                          epochs=cfg.probe_epochs, num_classes=task.harmful_classes,
+                                          step=cfg.probe_step),
     }
     if reference is not None:
         feats = [extract_features(m, X, task.device) for X in (task.rir_H, task.rir_P) for m in (model, reference)]
         for key, estimator in (("rir", "pinv"), ("rir_authors", "authors")):
-            out[key] = asdict(rir_theta0(*feats, groups=cfg["rir_groups"], group_size=cfg["rir_group_size"],
+            out[key] = asdict(rir_theta0(*feats, groups=cfg.rir_groups, group_size=cfg.rir_group_size,
                                          seed=seed, estimator=estimator))
     return out
 
 
-def run_keys(task: Task, cfg: dict[str, Any], data: dict[str, str], seeds: list[int], methods: list[str]
+def run_keys(task: Task, cfg: Table3Config, data: dict[str, str], seeds: list[int], methods: list[str]
              ) -> dict[tuple[int, str], tuple[str, dict[str, Any]]]:
     """``(seed, method) -> (key, identity)`` of every record of the call (``init`` records included)."""
     out = {}
@@ -111,7 +111,7 @@ def run_keys(task: Task, cfg: dict[str, Any], data: dict[str, str], seeds: list[
     return out
 
 
-def run_task(task: Task, cfg: dict[str, Any], store: RunStore, work: Path, seeds: list[int], methods: list[str],
+def run_task(task: Task, cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], methods: list[str],
              keys: dict[tuple[int, str], tuple[str, dict[str, Any]]]) -> None:
     """Run every missing (seed, method) record of ``task`` (plus one ``init`` record per seed), under ``keys``."""
     from tqdm.auto import tqdm
@@ -128,7 +128,7 @@ def run_task(task: Task, cfg: dict[str, Any], store: RunStore, work: Path, seeds
         else:
             model = copy.deepcopy(base)
             torch.manual_seed(seed)
-            loader = CombinedLoader(*task.loaders(seed), epoch_on=cfg["epoch_on"])
+            loader = CombinedLoader(*task.loaders(seed), epoch_on=cfg.epoch_on)
             record["history"] = immunize(model, method, loader, objective_config(cfg, task.harmful_classes),
                                          train_config(cfg, method), device=task.device,
                                          checkpoint=work / f"seed{seed}" / f"{method}.pt")

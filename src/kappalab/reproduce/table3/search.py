@@ -4,6 +4,7 @@ validation split, and its table."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -15,19 +16,20 @@ from ...deep import METHOD_LABELS, CombinedLoader, ImmunizableModel, accuracy, e
 from ...deep.task import Task
 from ...provenance import provenance
 from ...results import RunStore
+from .config import Table3Config
 from .proxy import proxy_task
 from .report import fmt_weight
 from .run import _calibration, objective_config, train_config
 
 
 def _search_candidate(task: Task, base: ImmunizableModel, ref_feats: tuple[torch.Tensor, torch.Tensor],
-                      cfg: dict[str, Any], method: str, lambdas: dict[str, float]) -> dict[str, Any]:
+                      cfg: Table3Config, method: str, lambdas: dict[str, float]) -> dict[str, Any]:
     """Train one candidate for ``search.max_epochs`` epochs, recording validation metrics after every epoch."""
     from ...errors import UndefinedRegularizerError
 
-    s = cfg["search"]
+    s = cfg.search
     seed = s["seed"]
-    run_cfg = {**cfg, **lambdas, "epochs": s["max_epochs"], "method_epochs": None}
+    run_cfg = dataclasses.replace(cfg, **lambdas, epochs=s["max_epochs"], method_epochs=None)
     model = copy.deepcopy(base)
     torch.manual_seed(seed)
     epochs: list[dict[str, Any]] = []
@@ -43,7 +45,7 @@ def _search_candidate(task: Task, base: ImmunizableModel, ref_feats: tuple[torch
     t0 = time.perf_counter()
     diverged = None
     try:
-        immunize(model, method, CombinedLoader(*task.loaders(seed), epoch_on=cfg["epoch_on"]),
+        immunize(model, method, CombinedLoader(*task.loaders(seed), epoch_on=cfg.epoch_on),
                  objective_config(run_cfg, task.harmful_classes), train_config(run_cfg), device=task.device,
                  on_epoch_end=on_epoch_end, progress=False)
     except (FloatingPointError, UndefinedRegularizerError, torch.linalg.LinAlgError) as err:
@@ -52,7 +54,7 @@ def _search_candidate(task: Task, base: ImmunizableModel, ref_feats: tuple[torch
             "wall_s": time.perf_counter() - t0}
 
 
-def run_search(cfg: dict[str, Any], out: Path, work: Path) -> dict[str, Any]:
+def run_search(cfg: Table3Config, out: Path, work: Path) -> dict[str, Any]:
     """Appendix C.2's selection of the lambdas and epochs on a validation split (see :mod:`kappalab.deep.search`).
 
     Stages (every candidate one record in ``out/search.jsonl``; finished records are not redone):
@@ -66,7 +68,7 @@ def run_search(cfg: dict[str, Any], out: Path, work: Path) -> dict[str, Any]:
     Returns (and writes to ``out/search_selected.json``) the selected lambdas and epochs per method."""
     from ...deep.search import grid, scales, select
 
-    s = cfg["search"]
+    s = cfg.search
     seed, mult = s["seed"], s["multipliers"]
     task = proxy_task(cfg, work, validation=s["val_fraction"])
     store = RunStore(out / "search.jsonl")
@@ -124,7 +126,7 @@ def run_search(cfg: dict[str, Any], out: Path, work: Path) -> dict[str, Any]:
                                                                           s["lambda_kappa_offsets"], mult)]),
             ("imma", "imma", [{"lambda_imma": v} for v in grid(first["lambda_imma"], s["lambda_imma_offsets"],
                                                                mult)])):
-        if method not in cfg["methods"]:
+        if method not in cfg.methods:
             continue
         pick = best(stage(name, method, cands))
         if pick:

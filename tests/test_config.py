@@ -80,9 +80,24 @@ def test_set_overrides_with_dotted_keys() -> None:
     with pytest.raises(ConfigError, match="given twice"):
         parse_set(["eta=1", "eta=2"])
     t3 = load_table3_config("proxy", overrides={"lambda_H": 7.0, "search.max_epochs": 2})
-    assert t3.lambda_H == 7.0 and t3.search["max_epochs"] == 2
+    assert t3.lambda_H == 7.0 and t3.search.max_epochs == 2
     with pytest.raises(ConfigError, match="unknown key 'search.max_epoch'"):
         load_table3_config("proxy", overrides={"search.max_epoch": 2})
+
+
+def test_table3_search_block_is_typed_and_whole(tmp_path: Path) -> None:
+    """The search block is a frozen SearchConfig read by attribute; a block that lacks a key is one ConfigError
+    naming the file and the key (before: a KeyError deep inside the search)."""
+    from kappalab.configs import CONFIG_DIR
+
+    t3 = load_table3_config("proxy", quick=True)
+    assert t3.search.max_epochs == 1 and t3.search.readings == ["task", "pair"]  # quick.search merged into the block
+    raw = json.loads((CONFIG_DIR / "table3_proxy.json").read_text())
+    del raw["search"]["rir_groups"]
+    path = tmp_path / "lacks.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=r"lacks\.json: the search block lacks \['rir_groups'\]"):
+        load_table3_config(str(path))
 
 
 def test_extras_are_typed_and_checked_at_construction(tmp_path: Path) -> None:

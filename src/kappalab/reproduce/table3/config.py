@@ -16,15 +16,33 @@ file read, ``--quick``), which no file or ``--set`` names.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, read, set_dotted
 
-#: the keys of the ``search`` block (kappalab.reproduce.table3.search.run_search reads them)
-SEARCH_KEYS = ("seed", "val_fraction", "max_epochs", "acc_tolerance", "multipliers", "readings", "lambda_H_offsets",
-               "lambda_H_extra_offsets", "lambda_P_offsets", "lambda_kappa_offsets", "lambda_imma_offsets",
-               "rir_groups", "rir_group_size")
+@dataclass(frozen=True)
+class SearchConfig:
+    """Appendix C.2's lambda / epoch search (the ``search`` block; :func:`kappalab.reproduce.table3.search.run_search`
+    reads it). Every key is required once the block exists (a file's, merged with ``quick.search`` and ``--set``)."""
+
+    seed: int  #: the candidates' seed
+    val_fraction: float  #: the validation split of the proxy's training rows
+    max_epochs: int  #: epochs per candidate (the epoch is selected among them)
+    acc_tolerance: float  #: a candidate may lose at most this D_P validation accuracy
+    multipliers: list[float]  #: the grid around each scale: scale * m * 10^offset
+    readings: list[str]  #: the gradient-norm readings that set the lambda scales
+    lambda_H_offsets: list[int]
+    lambda_H_extra_offsets: list[int]  #: stronger pulls of R_ill: scale_H * 10^e
+    lambda_P_offsets: list[int]
+    lambda_kappa_offsets: list[int]
+    lambda_imma_offsets: list[int]
+    rir_groups: int  #: the RIR groups estimator's groups during the search
+    rir_group_size: int
+
+
+#: the keys of the ``search`` block
+SEARCH_KEYS = tuple(f.name for f in fields(SearchConfig))
 
 
 @dataclass(frozen=True)
@@ -62,7 +80,7 @@ class Table3Config:
     calibration_batches: int = 5
     label: str | None = None
     lambda_rule: str | None = None
-    search: dict[str, Any] | None = None
+    search: SearchConfig | None = None
     # the CPU proxy (MNIST digits)
     width: int | None = None
     pretrain_digits: list[int] | None = None
@@ -187,6 +205,11 @@ def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, A
         shown = f"kappalab/configs/{path.resolve().relative_to(CONFIG_DIR.resolve())}"
     except ValueError:
         shown = str(path)
+    if cfg.get("search") is not None:
+        lacking = [k for k in SEARCH_KEYS if k not in cfg["search"]]
+        if lacking:
+            raise ConfigError(f"config {where}: the search block lacks {lacking}")
+        cfg["search"] = SearchConfig(**cfg["search"])
     loaded = Table3Config(**cfg, reasons=reasons, config_file=shown, quick=quick)
     if loaded.norm_statistics not in NORM_STATISTICS:
         raise ConfigError(f"config {where}: norm_statistics must be one of {NORM_STATISTICS}, "
@@ -199,5 +222,8 @@ def resolved(cfg: Table3Config) -> dict[str, Any]:
     the descriptive ones and the run list (seeds and methods are part of each run's own options); the fields of
     :data:`IDENTITY_DEFAULTS` only where they differ from those values."""
     descriptive = ("description", "label", "seeds", "methods", "lambda_rule", "unfollowed")
-    return {k: getattr(cfg, k) for k in FIELD_NAMES if k not in descriptive
-            and not (k in IDENTITY_DEFAULTS and getattr(cfg, k) == IDENTITY_DEFAULTS[k])}
+    out = {k: getattr(cfg, k) for k in FIELD_NAMES if k not in descriptive
+           and not (k in IDENTITY_DEFAULTS and getattr(cfg, k) == IDENTITY_DEFAULTS[k])}
+    if cfg.search is not None:
+        out["search"] = asdict(cfg.search)
+    return out

@@ -28,15 +28,15 @@ def _search_candidate(task: Task, base: ImmunizableModel, ref_feats: tuple[torch
     from ...errors import UndefinedRegularizerError
 
     s = cfg.search
-    seed = s["seed"]
-    run_cfg = dataclasses.replace(cfg, **lambdas, epochs=s["max_epochs"], method_epochs=None)
+    seed = s.seed
+    run_cfg = dataclasses.replace(cfg, **lambdas, epochs=s.max_epochs, method_epochs=None)
     model = copy.deepcopy(base)
     torch.manual_seed(seed)
     epochs: list[dict[str, Any]] = []
 
     def on_epoch_end(epoch: int, means: dict[str, float]) -> None:
         F_H, F_P = (extract_features(model, X, task.device) for X in (task.rir_H, task.rir_P))
-        r = rir_theta0(F_H, ref_feats[0], F_P, ref_feats[1], groups=s["rir_groups"], group_size=s["rir_group_size"],
+        r = rir_theta0(F_H, ref_feats[0], F_P, ref_feats[1], groups=s.rir_groups, group_size=s.rir_group_size,
                        seed=seed)
         epochs.append({"epoch": epoch, "val_dp_acc": accuracy(model, task.test_P, task.device),
                        "est_i": r.est_i, "est_ii": r.est_ii, "est_rir": r.est_rir, "exact_i": r.exact_i,
@@ -69,8 +69,8 @@ def run_search(cfg: Table3Config, out: Path, work: Path) -> dict[str, Any]:
     from ...deep.search import grid, scales, select
 
     s = cfg.search
-    seed, mult = s["seed"], s["multipliers"]
-    task = proxy_task(cfg, work, validation=s["val_fraction"])
+    seed, mult = s.seed, s.multipliers
+    task = proxy_task(cfg, work, validation=s.val_fraction)
     store = RunStore(out / "search.jsonl")
     t_start = time.perf_counter()
     base = task.theta0(seed)
@@ -79,13 +79,13 @@ def run_search(cfg: Table3Config, out: Path, work: Path) -> dict[str, Any]:
     if head_key not in store.done_keys():
         calib = _calibration(task, base, cfg, seed)
         store.append({"key": head_key, "calibration": calib, "val_dp_acc": accuracy(base, task.test_P, task.device),
-                      "scales": {r: scales(calib["grad_norms"], r) for r in s["readings"]},
+                      "scales": {r: scales(calib["grad_norms"], r) for r in s.readings},
                       "provenance": provenance(seed, cfg, device=task.device, dtype="float64",
                                                data_label=task.data_label + " (train/validation split)")})
     head = next(r for r in store.records() if r["key"] == head_key)
-    acc_floor = head["val_dp_acc"] - s["acc_tolerance"]
+    acc_floor = head["val_dp_acc"] - s.acc_tolerance
     sc = head["scales"]
-    first = sc[s["readings"][0]]
+    first = sc[s.readings[0]]
 
     def stage(name: str, method: str, cands: list[dict[str, float]]) -> list[dict[str, Any]]:
         done = store.done_keys()
@@ -108,13 +108,13 @@ def run_search(cfg: Table3Config, out: Path, work: Path) -> dict[str, Any]:
         return None if pick is None else (recs[pick[0]], pick[1])
 
     selected: dict[str, Any] = {}
-    P_scales = sorted({sc[r]["lambda_P"] for r in s["readings"]})
-    H_vals = grid(first["lambda_H"], s["lambda_H_offsets"], mult) + [
-        float(f"{first['lambda_H'] * 10.0 ** e:.12g}") for e in s.get("lambda_H_extra_offsets", [])]
+    P_scales = sorted({sc[r]["lambda_P"] for r in s.readings})
+    H_vals = grid(first["lambda_H"], s.lambda_H_offsets, mult) + [
+        float(f"{first['lambda_H'] * 10.0 ** e:.12g}") for e in s.lambda_H_extra_offsets]
     recs = stage("ours_H", "ours", [{"lambda_H": h, "lambda_P": p} for p in P_scales for h in H_vals])
     pick = best(recs)
     lam_H = pick[0]["lambdas"]["lambda_H"] if pick else first["lambda_H"]
-    P_vals = sorted({v for p in P_scales for v in grid(p, s["lambda_P_offsets"], mult)})
+    P_vals = sorted({v for p in P_scales for v in grid(p, s.lambda_P_offsets, mult)})
     recs_P = stage("ours_P", "ours", [{"lambda_H": lam_H, "lambda_P": p} for p in P_vals])
     pick = best(recs + recs_P)
     if pick:
@@ -123,8 +123,8 @@ def run_search(cfg: Table3Config, out: Path, work: Path) -> dict[str, Any]:
     for method, name, cands in (
             ("rill_only", "rill_only", [{"lambda_H": lam_H}]),
             ("opt_kappa", "opt_kappa", [{"lambda_kappa": v} for v in grid(first["lambda_kappa"],
-                                                                          s["lambda_kappa_offsets"], mult)]),
-            ("imma", "imma", [{"lambda_imma": v} for v in grid(first["lambda_imma"], s["lambda_imma_offsets"],
+                                                                          s.lambda_kappa_offsets, mult)]),
+            ("imma", "imma", [{"lambda_imma": v} for v in grid(first["lambda_imma"], s.lambda_imma_offsets,
                                                                mult)])):
         if method not in cfg.methods:
             continue

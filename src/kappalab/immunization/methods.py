@@ -123,8 +123,8 @@ def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig, 
     ``closed_form``: where :func:`kappalab.immunization.official_step.applies`, the step is computed in closed form
     (no autograd; the same gradients to rounding); False forces the autograd step below (the tests' reference).
     ``theta_out``: route "features", theta's gradient is written into this tensor (:func:`train` passes the last
-    step's gradient, which Adam has consumed: a fresh ``D x D`` output costs ~3 ms of page faults per step on the
-    CPU, measured); None allocates it.
+    step's gradient, which Adam has consumed, so that no fresh ``D x D`` output is allocated and page-faulted in
+    every step); None allocates it.
 
     ``batch`` must be a fresh step view (:meth:`Batch.for_step`). Route "features": a term that updates the
     extractor is differentiated with respect to the step's feature leaves instead of theta and the bias, and

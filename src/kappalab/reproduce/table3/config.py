@@ -151,13 +151,14 @@ def _check_keys(where: str, keys, allowed, prefix: str = "") -> None:
                           f"(allowed: {', '.join(sorted(allowed))})")
 
 
-def _choices(where: str, prefix: str, block: Mapping[str, Any], cfg: dict[str, Any], reasons: dict[str, str]
+def _choices(where: str, prefix: str, block: Mapping[str, Any], values: dict[str, Any], reasons: dict[str, str]
              ) -> None:
-    """Enter a block's ``choices`` (``{"value": ..., "reason": ...}`` each) into ``cfg`` and ``reasons``."""
+    """Enter a block's ``choices`` (``{"value": ..., "reason": ...}`` each) into ``values`` (the file's values being
+    merged, before the :class:`Table3Config` exists) and ``reasons``."""
     for key, entry in block.get("choices", {}).items():
         if not (isinstance(entry, dict) and set(entry) == {"value", "reason"}):
             raise ConfigError(f'config {where}: {prefix}choices.{key} must be {{"value": ..., "reason": "..."}}')
-        cfg[key], reasons[key] = entry["value"], entry["reason"]
+        values[key], reasons[key] = entry["value"], entry["reason"]
 
 
 def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, Any] | None = None,
@@ -178,39 +179,39 @@ def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, A
     _check_keys(where, raw.get("quick", {}), _BLOCK | {"choices"}, "quick.")
     _check_keys(where, raw.get("quick", {}).get("choices", {}), _BLOCK, "quick.choices.")
     _check_keys(where, raw.get("quick", {}).get("search", {}), SEARCH_KEYS, "quick.search.")
-    cfg = {k: v for k, v in raw.items() if k not in ("choices", "quick", "reasons", "official")}
+    values = {k: v for k, v in raw.items() if k not in ("choices", "quick", "reasons", "official")}
     reasons = dict(raw.get("reasons", {}))
-    _choices(where, "", raw, cfg, reasons)
+    _choices(where, "", raw, values, reasons)
     if protocol == "official":
         if not official:
             raise ConfigError(f"--protocol official: config {where} has no 'official' block (the authors' "
                               "settings for this task); it runs under --protocol paper only")
-        cfg.update({k: v for k, v in official.items() if k not in ("choices", "reasons")})
+        values.update({k: v for k, v in official.items() if k not in ("choices", "reasons")})
         reasons.update(official.get("reasons", {}))
-        _choices(where, "official.", official, cfg, reasons)
-    cfg["protocol"] = protocol
+        _choices(where, "official.", official, values, reasons)
+    values["protocol"] = protocol
     if quick:
         over = dict(raw.get("quick", {}))
-        cfg.update(over.pop("choices", {}))
-        if "search" in over and "search" in cfg:
-            cfg["search"] = {**cfg["search"], **over.pop("search")}
-        cfg.update(over)
+        values.update(over.pop("choices", {}))
+        if "search" in over and "search" in values:
+            values["search"] = {**values["search"], **over.pop("search")}
+        values.update(over)
     for key, value in (overrides or {}).items():
-        set_dotted(cfg, key, value, OVERRIDABLE, f"--set {key}")
+        set_dotted(values, key, value, OVERRIDABLE, f"--set {key}")
         reasons[key] = "set on the command line (--set)"
-    missing = [k for k in _REQUIRED if k not in cfg]
+    missing = [k for k in _REQUIRED if k not in values]
     if missing:
         raise ConfigError(f"config {where}: lacks {missing}")
     try:
         shown = f"kappalab/configs/{path.resolve().relative_to(CONFIG_DIR.resolve())}"
     except ValueError:
         shown = str(path)
-    if cfg.get("search") is not None:
-        lacking = [k for k in SEARCH_KEYS if k not in cfg["search"]]
+    if values.get("search") is not None:
+        lacking = [k for k in SEARCH_KEYS if k not in values["search"]]
         if lacking:
             raise ConfigError(f"config {where}: the search block lacks {lacking}")
-        cfg["search"] = SearchConfig(**cfg["search"])
-    loaded = Table3Config(**cfg, reasons=reasons, config_file=shown, quick=quick)
+        values["search"] = SearchConfig(**values["search"])
+    loaded = Table3Config(**values, reasons=reasons, config_file=shown, quick=quick)
     if loaded.norm_statistics not in NORM_STATISTICS:
         raise ConfigError(f"config {where}: norm_statistics must be one of {NORM_STATISTICS}, "
                           f"got {loaded.norm_statistics!r}")

@@ -3,7 +3,7 @@
 Two measurements for the 10-pair study (nothing here is a committed result; the numbers go to docs/data.md):
 
 * ``gap``: for each digit, the spectrum of K = X^T X (squared singular values of the normalized images,
-  :func:`kappalab.reproduce.table2.feature_spectrum`) on full MNIST's training split (all images of the digit)
+  :func:`kappalab.kappa.feature_spectrum`) on full MNIST's training split (all images of the digit)
   and on the 500/digit subset: the rank at Table 2's rule (eigenvalues above ``rtol * lambda_max``,
   ``rtol = min(N, D) eps``) and at 0.1x / 10x that rtol, the number of constant pixels, and the eigenvalue ratio
   lambda_k / lambda_{k+1} across the cut (the gap the threshold falls in).
@@ -24,15 +24,14 @@ import numpy as np
 
 from kappalab.data.mnist import fetch_mnist, load_digits, normalize_images
 from kappalab.immunization import immunize
-from kappalab.kappa import default_rtol
-from kappalab.reproduce.table2 import (feature_spectrum, mnist_task, rank_of, rir_from_spectra, run_spectra,
-                                       table2_config)
+from kappalab.kappa import default_rtol, feature_spectrum
+from kappalab.reproduce.table2 import mnist_task, rank_of, rir_from_spectra, run_spectra, table2_config
 from kappalab.sweep import limit_threads
 
 
 def gap_row(images: np.ndarray) -> dict[str, float | int]:
     """Rank of K at Table 2's rtol and 0.1x / 10x, constant pixels, eigenvalues either side of the cut."""
-    lam = feature_spectrum(normalize_images(images))[::-1]
+    lam = np.asarray(feature_spectrum(normalize_images(images)))  # descending
     rtol = default_rtol(lam)
     ranks = {f: rank_of(lam, rtol * f) for f in (0.1, 1.0, 10.0)}
     k = ranks[1.0]

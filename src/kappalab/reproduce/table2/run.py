@@ -34,18 +34,30 @@ def run_label(protocol: str, method: str, a: int, b: int, seed: int, epochs: int
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    """One run of a Table 2 sweep, as its worker reads it (typed fields); :meth:`record` is the record's
-    ``params`` (a file format: the keys and values stores have always held) and :attr:`config` its resolved
-    config, built once per run."""
+class PairRun:
+    """What every Table 2 run spec starts with (the sweep's :class:`RunSpec`, App. C.2's
+    :class:`~kappalab.reproduce.table2.selection.TrajectorySpec`): its key and identity, protocol, method, ordered
+    digit pair and seed; :meth:`head` is the start of its record's ``params``."""
 
-    key: str  #: the run's key (:func:`run_label` and the identity's hash)
+    key: str  #: the run's key (its label and the identity's hash)
     identity: Mapping[str, Any]  #: its identity (:func:`kappalab.reproduce.identity.identity`)
     protocol: str
     method: str
     a: int  #: D_P's digit
     b: int  #: D_H's digit
     seed: int
+
+    def head(self) -> dict[str, Any]:
+        return {"key": self.key, "identity": self.identity, "protocol": self.protocol, "method": self.method,
+                "a": self.a, "b": self.b, "seed": self.seed}
+
+
+@dataclass(frozen=True)
+class RunSpec(PairRun):
+    """One run of a Table 2 sweep, as its worker reads it (typed fields); :meth:`record` is the record's
+    ``params`` (a file format: the keys and values stores have always held) and :attr:`config` its resolved
+    config, built once per run."""
+
     epochs: int
     pool: int  #: average pooling of the 28 x 28 images (1: none)
     out: Path  #: the sweep's output folder (the run's spectra go under ``out/spectra``)
@@ -61,10 +73,8 @@ class RunSpec:
         return _config(self.protocol, self.method, tuple(sorted(self.overrides.items(), key=str)), self.epochs)
 
     def record(self) -> dict[str, Any]:
-        return {"key": self.key, "identity": self.identity, "protocol": self.protocol, "method": self.method,
-                "a": self.a, "b": self.b, "seed": self.seed, "epochs": self.epochs, "pool": self.pool,
-                "out": str(self.out), "device": self.device, "dataset": self.dataset, "data_dir": self.data_dir,
-                "overrides": self.overrides, "probe": self.probe}
+        return {**self.head(), "epochs": self.epochs, "pool": self.pool, "out": str(self.out), "device": self.device,
+                "dataset": self.dataset, "data_dir": self.data_dir, "overrides": self.overrides, "probe": self.probe}
 
 
 def prepare(spec: RunSpec) -> LinearTask:

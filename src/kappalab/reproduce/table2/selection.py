@@ -49,6 +49,7 @@ from kappalab.sweep import Job, limit_threads
 from .constants import METHOD_LABELS, METHODS, PAPER_TABLE2, SUCCESS_THRESHOLD
 from .data import load_dataset, table2_config
 from .figure import figure2
+from .run import PairRun
 from .spectra import rir_from_spectra, rtol_sensitivity, run_spectra
 from .trajectory import PARTS, PairTrajectory, reduce_parts
 
@@ -114,18 +115,11 @@ def data_record(dataset: str, directory: str | None, splits=None) -> dict[str, A
 
 
 @dataclass(frozen=True)
-class TrajectorySpec:
+class TrajectorySpec(PairRun):
     """One run of ``--trajectory``, as its worker reads it (typed fields); :meth:`record` is the record's
     ``params`` (the keys and values its stores have always held) and :attr:`config` its resolved config, built
     once per run."""
 
-    key: str  #: the run's key (:func:`traj_label` and the identity's hash)
-    identity: Mapping[str, Any]  #: its identity (:func:`kappalab.reproduce.identity.identity`)
-    protocol: str
-    method: str
-    a: int  #: D_P's digit
-    b: int  #: D_H's digit
-    seed: int
     eta: float  #: the learning rate (a value of ``--etas``)
     epochs: int
     every: int  #: the trajectory's epochs between records
@@ -142,10 +136,8 @@ class TrajectorySpec:
         return table2_config(self.protocol, self.method, self.overrides).replace(epochs=self.epochs, eta=self.eta)
 
     def record(self) -> dict[str, Any]:
-        return {"key": self.key, "identity": self.identity, "protocol": self.protocol, "method": self.method,
-                "a": self.a, "b": self.b, "seed": self.seed, "eta": self.eta, "epochs": self.epochs,
-                "every": self.every, "out": str(self.out), "dataset": self.dataset, "data_dir": self.data_dir,
-                "device": self.device, "overrides": self.overrides}
+        return {**self.head(), "eta": self.eta, "epochs": self.epochs, "every": self.every, "out": str(self.out),
+                "dataset": self.dataset, "data_dir": self.data_dir, "device": self.device, "overrides": self.overrides}
 
 
 def trajectory_run(spec: TrajectorySpec) -> dict[str, Any]:

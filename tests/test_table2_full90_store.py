@@ -47,6 +47,8 @@ def test_a_sample_of_runs_recomputes_from_the_stored_spectra_in_plain_numpy():
         gram = r["result"]["gram"]
         assert (term_i, term_ii, rir) == pytest.approx((gram["term_i"], gram["term_ii"], gram["rir"]), rel=1e-12), \
             r["key"]
+        kappas = r["result"]["evaluate"]  # both kappa definitions: the paper's pinv and the official code's shifted
+        assert all(math.isfinite(kappas[name]["rir"]) and kappas[name]["rir"] > 0 for name in ("pinv", "shifted"))
         data = r["result"]["data"]  # the data a run read, in its record
         assert data["name"] == "mnist" and data["checksum_verified"] and len(data["sha256"]) == 64
         assert data["rows_used"]["P"] == data["rows_used"]["H"] == min(data["rows_per_digit"][r["params"]["a"]],
@@ -76,6 +78,8 @@ def test_the_opening_table_is_what_the_records_say():
         if complete:
             means = [np.mean([r["rir"] for r in mine if r["seed"] == s]) for s in complete]
             assert h["statistic"][0] == pytest.approx(np.mean(means), rel=1e-12)
+            if len(means) > 1:
+                assert h["statistic"][1] == pytest.approx(np.std(means, ddof=1), rel=1e-9)
 
 
 def test_a_merged_store_holds_exactly_its_parts_records():

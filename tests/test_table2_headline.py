@@ -40,3 +40,9 @@ def test_a_partial_sweep_says_so():
     (h,) = headlines(_rows(np.random.default_rng(2), {0: 89}), "official")
     assert h.statistic is None and "not yet" in markdown([h]) and h.n_pairs == 89
     assert headlines(_rows(np.random.default_rng(2), {0: 9}), "paper") == []  # other protocol: no row
+
+
+def test_one_complete_seed_reads_as_its_mean_alone():
+    (h,) = headlines(_rows(np.random.default_rng(3), {0: 90, 1: 12}), "official")
+    assert h.complete_seeds == (0,) and math.isnan(h.statistic[1])
+    assert f"{h.statistic[0]:.4g} (seed 0) |" in markdown([h])

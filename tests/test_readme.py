@@ -53,7 +53,7 @@ def test_links_of_the_generated_blocks_resolve(generator) -> None:
                 assert (ROOT / path).parent.joinpath(target).exists(), (path, target)
 
 
-@pytest.mark.parametrize("name", ["table1", "table3"])
+@pytest.mark.parametrize("name", ["table1", "table2", "table3"])
 def test_reports_open_with_their_answer_table(name: str) -> None:
     head = (ROOT / "docs" / "reproduction" / f"{name}.md").read_text().splitlines()[:40]
     assert f"<!-- end: {name}-answer -->" in head

@@ -79,7 +79,7 @@ def markdown(items: list[Headline]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for h in items:
         stat = ("not yet: no seed has all 90 pairs" if h.statistic is None else
-                f"{format_mean_std(*h.statistic)} (seed{'s' * (len(h.complete_seeds) > 1)} "
+                f"{format_mean_std(*h.statistic)} ({'seed' if len(h.complete_seeds) == 1 else 'seeds'} "
                 f"{', '.join(map(str, h.complete_seeds))})")
         seeds = ", ".join(f"s{s}: {n}" for s, n in h.pairs_per_seed.items())
         lines.append(f"| {h.protocol} | {METHOD_LABELS[h.method]} | {format_mean_std(*h.paper)} | {stat} | "

@@ -167,6 +167,7 @@ def _worker(rank: int, arch: str, methods: list[str], store: str, out: str, step
             immunize(model, method, CombinedLoader(*_rank_loaders(rank, steps, shape, classes, batch)),
                      _objective(True), TrainConfig(lr=1e-3, epochs=1), progress=False)
             torch.save({k: v.detach() for k, v in model.named_parameters()}, f"{out}/{method}_rank{rank}.pt")
+        dist.barrier()  # neither rank tears down while the other still communicates (see distributed_rank)
     finally:
         dist.destroy_process_group()
 

@@ -187,5 +187,8 @@ def distributed_rank(rank: int, world_size: int, init_method: str, task: LinearT
         if rank == 0:
             arrays = {"theta": run.theta_I, "head": run.head, "n_steps": np.array(run.n_steps)}
             np.savez(out, **arrays, **({} if run.bias is None else {"bias": run.bias}))
+        # destroy_process_group is collective: tear down together, never while the other rank still communicates
+        # (the same worker pattern in tests/test_deep_device.py once died by SIGABRT in CI, torch 2.13, gloo).
+        dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -66,3 +66,10 @@ def test_the_pinv_terms_agree_with_the_opening_table() -> None:
         assert r["rir"]["seeds"] == list(h["complete_seeds"])
         assert r["rir"]["mean"] == pytest.approx(h["statistic"][0], rel=1e-9)
         assert r["rir"]["seed_means"] == pytest.approx(list(h["seed_means"]), rel=1e-9)
+
+
+def test_the_report_opens_with_the_committed_headline() -> None:
+    """docs/reproduction/table2.md's opening table is headline.md, as experiments/table2_headline.py wrote it."""
+    page = (ROOT / "docs" / "reproduction" / "table2.md").read_text()
+    opening = page[:page.index("<!-- end: table2-answer -->")]
+    assert (FULL90 / "headline.md").read_text().strip() in opening

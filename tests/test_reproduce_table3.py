@@ -168,3 +168,41 @@ def test_records_carry_both_estimators(tmp_path) -> None:
     ours = next(r for r in store.records() if r["method"] == "ours")
     assert ours["rir"]["estimator"] == "pinv" and ours["rir_authors"]["estimator"] == "authors"
     assert ours["rir"]["exact_rir"] > 0 and ours["rir_authors"]["exact_rir"] > 0
+
+
+def _rank_of_two(rank: int, init_method: str, out: str) -> None:
+    """One rank of a 2-process gloo job (what ``torchrun --nproc_per_node 2`` starts) running the tiny task."""
+    from pathlib import Path
+
+    import torch
+    import torch.distributed as dist
+
+    from kappalab.results import RunStore
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
+    task, work = _tiny_task(), Path(out) / "work"
+    keys = table3_run.run_keys(task, TINY_CFG, {"name": task.data_label, "sha256": "made by the test"}, [0], ["ours"])
+    assert table3_run.run_on_every_rank(task, TINY_CFG, RunStore(Path(out) / "runs.jsonl"), work, [0], ["ours"],
+                                        keys) == rank
+    assert not dist.is_initialized(), "the process group is torn down"
+
+
+def test_two_ranks_share_one_store(tmp_path) -> None:
+    """Two real processes (gloo) run the task into one --out: rank 0 records each run once. Before the fix every
+    rank took the store's lock, so the second rank failed at once with StoreBusyError and rank 0 hung in
+    all_reduce (the deadline below turns a hang into a failure)."""
+    import time
+
+    import torch.multiprocessing as mp
+
+    context = mp.spawn(_rank_of_two, args=(f"file://{tmp_path / 'rendezvous'}", str(tmp_path)), nprocs=2,
+                       join=False)
+    deadline = time.monotonic() + 300
+    while not context.join(timeout=5):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail("the two ranks did not finish within 300 s")
+    records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [r["key"].split(".")[0] for r in records] == ["tiny/seed0/init", "tiny/seed0/ours"]

@@ -14,14 +14,13 @@ import torch
 
 from ...cli_options import UsageError
 from ...deep import METHODS
-from ...deep.train import world
 from ...extremes import eigensolver_option
 from ...results import RunStore, to_jsonable
 from ..identity import data_identity, identity
 from .config import Table3Config, resolved
 from .proxy import proxy_task
 from .report import aggregate
-from .run import _calibration, run_keys, run_task
+from .run import _calibration, run_keys, run_on_every_rank
 from .search import run_search
 
 
@@ -100,10 +99,9 @@ def _run(call) -> int:
             return 0
         keys = run_keys(task, cfg, data, seeds, methods)
         t0 = time.perf_counter()
-        with store.lock():
-            run_task(task, cfg, store, work, seeds, methods, keys)
+        rank = run_on_every_rank(task, cfg, store, work, seeds, methods, keys)
         print(f"table3 {cfg.name}: runs finished in {time.perf_counter() - t0:.0f} s this call")
-        if world()[0] != 0:
+        if rank != 0:
             return 0  # tables and figures are rank 0's
         wanted = {key for key, _ in keys.values()}
         records = [r for r in store.records() if r["key"] in wanted]

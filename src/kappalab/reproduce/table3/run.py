@@ -3,6 +3,7 @@ calibration at theta_0, the evaluation, the run keys and the loop over missing (
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 import time
@@ -17,7 +18,7 @@ import torch
 from ...deep import (METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig, TrainConfig, accuracy,
                      balanced_scale, extract_features, gradient_norms, immunize, linear_probe_curve, rir_theta0)
 from ...deep.task import Task
-from ...deep.train import world
+from ...deep.train import finish_distributed, world
 from ...errors import DegenerateSpectrumWarning
 from ...extremes import eigensolver_option
 from ...provenance import provenance
@@ -137,3 +138,16 @@ def run_task(task: Task, cfg: Table3Config, store: RunStore, work: Path, seeds: 
         record["provenance"] = provenance(seed, cfg, device=task.device, dtype="float64", data_label=task.data_label)
         if world()[0] == 0:  # under torchrun every rank trains; rank 0 alone records
             store.append(record)
+
+
+def run_on_every_rank(task: Task, cfg: Table3Config, store: RunStore, work: Path, seeds: list[int],
+                      methods: list[str], keys: dict[tuple[int, str], tuple[str, dict[str, Any]]]) -> int:
+    """:func:`run_task` in every process of the job (one under plain ``python``; each rank under ``torchrun``),
+    then the process group torn down; returns this process's rank. Rank 0 alone holds the store's lock (it alone
+    writes): a second rank taking it would fail at once (:class:`~kappalab.results.StoreBusyError`) and leave
+    rank 0 waiting in all_reduce."""
+    rank = world()[0]
+    with store.lock() if rank == 0 else contextlib.nullcontext():
+        run_task(task, cfg, store, work, seeds, methods, keys)
+    finish_distributed()
+    return rank

@@ -5,7 +5,8 @@ Each selection study (docs/reproduction/table2/paper_alg1/, official_traj/) trai
 C.2's split); each sweep (docs/reproduction/table2/full90/paper/, official/) on all balanced rows. Per run found in
 both: RIR (Eq. 15, pinv kappa from the features' spectra, ``result.gram``) in both stores and their ratio; per
 protocol and method: the mean over the shared runs, the median ratio and its range, and the rank correlation of the
-runs' log RIR. Writes docs/reproduction/table2/full90/plain_vs_split.json and prints the table.
+runs' log RIR. Writes docs/reproduction/table2/full90/plain_vs_split.json and prints the table that
+docs/reproduction/table2.md quotes (:func:`markdown`).
 
     python experiments/table2_plain_vs_split.py
 """
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from kappalab.reproduce.table2.constants import METHOD_LABELS
 
 ROOT = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2"
 STORES = {  #: protocol -> (selection study's store, the 90-pair sweep's store)
@@ -68,17 +71,23 @@ def report() -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    result = report()
-    print(f"{'protocol':<9} {'method':<10} {'runs':>4} {'split mean':>10} {'plain mean':>10} "
-          f"{'median plain/split':>18} {'range':>15} {'Spearman':>8}")
+def markdown(result: dict[str, Any]) -> str:
+    """The table of table2.md's section "The 10-pair selection studies against this sweep"."""
+    lines = ["| protocol | method | runs | seeds | RIR mean, 10-pair study (90% part) | RIR mean, this sweep (all rows) "
+             "| median ratio sweep / study (range) | rank correlation of log RIR |",
+             "|---|---|---|---|---|---|---|---|"]
     for protocol, block in result["protocols"].items():
         for method, m in block["methods"].items():
-            print(f"{protocol:<9} {method:<10} {m['runs']:>4} {m['split_mean']:>10.4g} {m['plain_mean']:>10.4g} "
-                  f"{m['ratio_median']:>18.3f} {m['ratio_min']:>7.3f}-{m['ratio_max']:<7.3f} "
-                  f"{m['spearman_log_rir']:>8.3f}")
+            lines.append(f"| {protocol} | {METHOD_LABELS[method]} | {m['runs']} | {', '.join(map(str, m['seeds']))} "
+                         f"| {m['split_mean']:.4g} | {m['plain_mean']:.4g} | {m['ratio_median']:.2f} "
+                         f"({m['ratio_min']:.2f}-{m['ratio_max']:.2f}) | {m['spearman_log_rir']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    result = report()
     OUT.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {OUT}")
+    print(markdown(result) + f"wrote {OUT}")
 
 
 if __name__ == "__main__":

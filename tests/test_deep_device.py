@@ -24,12 +24,12 @@ from typing import Iterator
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from kappalab.deep import METHODS, CombinedLoader, ObjectiveConfig, SmallCNN, TrainConfig, immunize  # noqa: E402
 from kappalab.deep import objective_terms, weighted_loss  # noqa: E402
+from kappalab.distributed import process_group  # noqa: E402
 
 torch.set_num_threads(1)
 HOST_READS = ("item", "cpu", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
@@ -160,16 +160,12 @@ def _build(arch: str):
 
 def _worker(rank: int, arch: str, methods: list[str], store: str, out: str, steps: int, batch: int) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-    try:
+    with process_group("gloo", f"file://{store}", rank, WORLD):
         for method in methods:
             model, shape, classes = _build(arch)
             immunize(model, method, CombinedLoader(*_rank_loaders(rank, steps, shape, classes, batch)),
                      _objective(True), TrainConfig(lr=1e-3, epochs=1), progress=False)
             torch.save({k: v.detach() for k, v in model.named_parameters()}, f"{out}/{method}_rank{rank}.pt")
-        dist.barrier()  # neither rank tears down while the other still communicates (see distributed_rank)
-    finally:
-        dist.destroy_process_group()
 
 
 def _one_process(arch: str, method: str, steps: int, batch: int) -> dict[str, torch.Tensor]:

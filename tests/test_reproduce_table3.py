@@ -136,8 +136,12 @@ def test_calibration_leaves_theta0_batchnorm_statistics_untouched() -> None:
 def _run_tiny(store, work) -> None:
     """``run_task`` on the tiny task, seed 0, Ours, under the run keys the command would give it."""
     task = _tiny_task()
-    keys = table3_run.run_keys(task, TINY_CFG, {"name": task.data_label, "sha256": "made by the test"}, [0], ["ours"])
-    table3_run.run_task(task, TINY_CFG, store, work, [0], ["ours"], keys)
+    table3_run.run_task(task, TINY_CFG, store, work, [0], ["ours"], _tiny_keys(task))
+
+
+def _tiny_keys(task):
+    """The run keys of seed 0, Ours, on the tiny task."""
+    return table3_run.run_keys(task, TINY_CFG, {"name": task.data_label, "sha256": "made by the test"}, [0], ["ours"])
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -182,9 +186,8 @@ def _rank_of_two(rank: int, init_method: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
     task, work = _tiny_task(), Path(out) / "work"
-    keys = table3_run.run_keys(task, TINY_CFG, {"name": task.data_label, "sha256": "made by the test"}, [0], ["ours"])
     assert table3_run.run_on_every_rank(task, TINY_CFG, RunStore(Path(out) / "runs.jsonl"), work, [0], ["ours"],
-                                        keys) == rank
+                                        _tiny_keys(task)) == rank
     assert not dist.is_initialized(), "the process group is torn down"
 
 

@@ -80,14 +80,6 @@ def init_distributed(device: str) -> str:
     return device
 
 
-def finish_distributed() -> None:
-    """Tear down the process group, if any (collective: every rank calls it). The barrier keeps a rank from
-    destroying its group while another still communicates with it."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-
-
 def allreduce_gradients(params: list[nn.Parameter]) -> None:
     """Average gradients over the process group (no-op on one process)."""
     rank, size = world()

@@ -178,17 +178,11 @@ def distributed_rank(rank: int, world_size: int, init_method: str, task: LinearT
                      sampler_seed: int, float32: bool, out: str) -> None:
     """One process of a real ``torch.distributed`` run (gloo backend, CPU); rank 0 saves theta, bias and head to
     ``out`` (``.npz``). Start it with ``torch.multiprocessing.spawn(distributed_rank, args=(world_size, ...))``."""
-    import torch.distributed as dist
+    from ..distributed import process_group
 
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
-    try:
+    with process_group("gloo", init_method, rank, world_size):
         task = float32_inputs(task) if float32 else task
         run = train(task, cfg, seed, None, allreduce_average(world_size), sampler_seed)
         if rank == 0:
             arrays = {"theta": run.theta_I, "head": run.head, "n_steps": np.array(run.n_steps)}
             np.savez(out, **arrays, **({} if run.bias is None else {"bias": run.bias}))
-        # destroy_process_group is collective: tear down together, never while the other rank still communicates
-        # (the same worker pattern in tests/test_deep_device.py once died by SIGABRT in CI, torch 2.13, gloo).
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()

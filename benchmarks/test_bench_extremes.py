@@ -5,9 +5,9 @@ one run (``pytest benchmarks/test_bench_extremes.py --benchmark-only [--device c
 Groups ``extremes_n<n>_R<R>`` (n = 64, 100; R = 1, 16, 256, 1024) hold the three solvers, so pytest-benchmark's table
 shows their ratios. On the CPU the tensor path runs only at (n, R) = (64, 1), (64, 16) and (100, 1): it does ~n
 times LAPACK's arithmetic (measured 0.5 s for one 64 x 64 matrix on this machine's loaded core), so larger stacks
-would take minutes; ``method="auto"`` takes LAPACK on the CPU for that reason. With ``--device cuda`` every case runs. Each case
-first checks its answer: the largest eigenvalue equals eigvalsh's to 1e-12 relative (tensor path: and converged).
-The timed function synchronizes the device on CUDA; TF32 is off (``benchmarks/conftest.py``).
+would take minutes; ``method="auto"`` takes LAPACK on the CPU for that reason. With ``--device cuda`` every case
+runs. Each case first checks its answer: the largest eigenvalue equals eigvalsh's to 1e-12 relative (tensor path:
+and converged). The timed function synchronizes the device on CUDA; TF32 is off (``benchmarks/conftest.py``).
 """
 
 from __future__ import annotations

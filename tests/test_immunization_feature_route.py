@@ -22,7 +22,7 @@ from kappalab.immunization.config import Extras, MethodConfig
 from kappalab.immunization.methods import TERMS, Term, step_gradients
 from kappalab.immunization.protocols import make_protocol
 from kappalab.immunization.task import LinearTask
-from kappalab.immunization.woodbury import woodbury_features, woodbury_precondition
+from kappalab.woodbury import woodbury_features, woodbury_precondition
 
 SHIFT = 1e-6
 METHODS = ["ours", "rill_only", "opt_kappa", "imma"]

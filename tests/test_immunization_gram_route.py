@@ -16,7 +16,7 @@ from kappalab.immunization.config import Extras, MethodConfig
 from kappalab.immunization.protocols import make_protocol
 from kappalab.immunization.spectra import (FeatureGram, gram_extremes_shifted, official_r1, official_r2,
                                            torch_extremes, torch_kappa)
-from kappalab.immunization.woodbury import woodbury_precondition
+from kappalab.woodbury import woodbury_precondition
 
 SHIFT = 1e-6
 

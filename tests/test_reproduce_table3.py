@@ -29,7 +29,7 @@ def test_paper_configs_are_table4(row) -> None:
 
 
 def test_the_command_line_knows_the_deep_methods() -> None:
-    assert table3_cli.METHODS == tuple(table3_run.METHODS)
+    assert table3_cli.METHODS == tuple(table3_run.METHODS + table3_run.CONTROLS)
 
 
 def test_proxy_quick_runs_records_and_resumes(tmp_path, monkeypatch) -> None:

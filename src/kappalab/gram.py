@@ -222,6 +222,47 @@ def regularizers_from_covariance(theta: object, K: object, *, rtol: float | None
     return _from_extremes(e, M, M @ H if which else None, which, on_degenerate, gap_rtol, check)
 
 
+def regularizers_from_features(F: object, *, rtol: float | None = None, solver: str = "auto",
+                               on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None,
+                               check: bool = True, which: tuple[str, ...] = ("max", "min")) -> FromData:
+    """R_well, R_ill of ``H = F^T F`` and their gradients with respect to the features ``F`` (``N x D``), ``2 F G``
+    with ``G = grad_H R``: :func:`regularizers_from_data` with ``X = I`` (``B = F``). ``N < D``: from the Gram
+    matrix (``F v`` and ``S = (F F^T) F``, ``O(N^2 D)``, no ``D x D`` matrix); otherwise ``S = F H``. The deep nets'
+    step (:mod:`kappalab.deep.methods`, ``spectral_route="gram"``) takes its regularizers here."""
+    F = matrix(F, "F", check=check)
+    rtol = resolve_rtol(rtol, F, dim=F.shape[1])  # the rule for the D x D matrix H
+    if uses_gram_route(F):
+        FFt = _syrk(F, outer=True)
+        e = _extremes_from_gram(F, FFt, rtol, solver, check, "F")
+        return _from_extremes(e, lambda V: F @ V, FFt @ F if which else None, which, on_degenerate, gap_rtol, check)
+    H = _syrk(F, outer=False)
+    e = psd_extremes(H, rtol=rtol, solver=solver, check=check, name="F^T F")
+    return _from_extremes(e, F, F @ H if which else None, which, on_degenerate, gap_rtol, check)
+
+
+def r_well_of_features(F: object, **options: object) -> Array:
+    """R_well(F^T F) (Eq. 3, ``p = D``); torch input that requires grad backpropagates the closed form ``2 F G``
+    (:func:`regularizers_from_features`, whose keyword options these take)."""
+    return _differentiable(F, "max", options)
+
+
+def r_ill_of_features(F: object, **options: object) -> Array:
+    """R_ill(F^T F) (Eq. 12, ``k`` the rank of H); differentiable as :func:`r_well_of_features`."""
+    return _differentiable(F, "min", options)
+
+
+def _differentiable(F: object, which: str, options: dict) -> Array:
+    def value_and_gradient(Fd: Array) -> tuple[Array, Array]:
+        r = regularizers_from_features(Fd, which=(which,), **options)
+        return (r.r_well, r.grad_well) if which == "max" else (r.r_ill, r.grad_ill)
+
+    if is_torch(F) and F.requires_grad:
+        from ._torch_functions import ClosedFormGradient
+
+        return ClosedFormGradient.apply(F, value_and_gradient)
+    return value_and_gradient(F)[0]
+
+
 def grad_theta_r_well_from_data(theta: object, X: object, *, rtol: float | None = None, solver: str = "auto",
                                 on_degenerate: DegeneratePolicy = "raise", gap_rtol: float | None = None,
                                 check: bool = True) -> Array:

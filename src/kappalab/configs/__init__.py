@@ -4,6 +4,7 @@
 * :func:`parse_set` - the command line's ``--set KEY=VALUE`` items as ``{dotted key: value}``.
 * :func:`read_overrides` - ``--config FILE`` (a JSON object of overrides) and ``--set`` items as one flat dict.
 * :func:`set_dotted` - write one dotted key into a nested dict, refusing keys the schema does not know.
+* :func:`conforms` / :func:`described` - a value against a schema field's declared type, and that type in words.
 
 Which keys a file may hold is declared by its schema (:class:`kappalab.immunization.MethodConfig` for Tables 1
 and 2, :class:`kappalab.reproduce.table3.config.Table3Config` for Table 3); an unknown or misspelt key is a
@@ -15,7 +16,8 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from types import UnionType
+from typing import Any, Iterable, Literal, Mapping, get_args, get_origin
 
 #: The folder of the shipped configs (inside the installed package).
 CONFIG_DIR = Path(str(resources.files(__name__)))
@@ -27,6 +29,51 @@ PROTOCOLS: tuple[str, ...] = ("paper", "official")
 
 class ConfigError(ValueError):
     """A config file or override is invalid; the message names the key and the file (or ``--set``)."""
+
+
+def conforms(value: Any, declared: Any) -> bool:
+    """``value`` is of the declared type (bool is not a number here; an int is a float; a tuple may be a list; a
+    ``list[T]`` / ``dict[str, T]`` holds values of T)."""
+    origin, args = get_origin(declared), get_args(declared)
+    if origin is UnionType:
+        return any(conforms(value, a) for a in args)
+    if origin is Literal:
+        return isinstance(value, str) and value in args
+    if origin is tuple:
+        return isinstance(value, (tuple, list)) and len(value) == len(args) and \
+            all(conforms(v, a) for v, a in zip(value, args))
+    if origin is list:
+        return isinstance(value, list) and all(conforms(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(conforms(k, args[0]) and conforms(v, args[1])
+                                               for k, v in value.items())
+    if declared is Any:
+        return True
+    if declared is type(None):
+        return value is None
+    if declared is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if declared is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, declared)
+
+
+def described(declared: Any) -> str:
+    """The declared type in words, for an error message."""
+    origin, args = get_origin(declared), get_args(declared)
+    if origin is UnionType:
+        return " or ".join(described(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is tuple:
+        return f"a list of {len(args)} numbers"
+    if origin is list:
+        return f"a list of {described(args[0]).split(' ', 1)[1]}s"
+    if origin is dict:
+        return f"an object of {described(args[1]).split(' ', 1)[1]}s"
+    if declared is type(None):
+        return "null"
+    return ("an " if declared.__name__[0] in "aeiou" else "a ") + declared.__name__
 
 
 def path_of(name_or_path: str | Path) -> Path:

@@ -19,8 +19,24 @@ Under ``protocol="official"`` (:mod:`kappalab.deep.official`: the authors' code)
 r1 / r2 (shifted extremes, ``k = p`` = the input width) on an extractor without dummy layer, and Opt kappa their
 ``1 / log kappa_H + log kappa_P`` (term ``kappa_log``); IMMA and the task loss are the same under both.
 
-``lambda_P``, ``lambda_H``, ``lambda_kappa`` and ``lambda_imma`` are chosen by the paper's rule (Appendix C.2:
-balance gradient norms) with :func:`gradient_norms` and :func:`balanced_scale`.
+Spectral route (``ObjectiveConfig.spectral_route``): ``"dense"`` forms ``H~ = F^T F`` (``D_hid x D_hid``: 1280 x
+1280 for EfficientNet-Lite0) and takes its spectrum and the dummy layer's ``D_hid x D_hid`` solves; ``"gram"``
+computes the same values and gradients from the ``N x N`` minibatch Gram matrix ``F F^T`` whenever ``N < D_hid``
+(:func:`kappalab.gram.regularizers_from_features`, :class:`~kappalab.immunization.spectra.FeatureGram`, the
+Woodbury route of :mod:`kappalab.dummy_layer`): equal up to rounding (tests/test_deep_gram_route.py), several
+times faster (benchmarks/test_bench_deep_step.py).
+
+Two controls run through the same loop (``CONTROLS``), so that a verdict can say what the measure could show:
+
+* ``oracle``: ``L + lambda_oracle (log kappa(H~_P) - log kappa(H~_H))``, the pinv kappa of each training batch's
+  ``H~`` (the group estimator's statistic, :mod:`kappalab.estimators`, on the batch), by autograd through the
+  eigenvalues, with Adam (:data:`OPTIMIZER_OF`): how far this network and data can move the measure with utility
+  kept (a positive control);
+* ``task_only``: ``L`` alone, the same budget and optimizer as the methods: what training on D_P does by itself (the
+  null control).
+
+``lambda_P``, ``lambda_H``, ``lambda_kappa``, ``lambda_imma`` and ``lambda_oracle`` are chosen by the paper's rule
+(Appendix C.2: balance gradient norms) with :func:`gradient_norms` and :func:`balanced_scale`.
 """
 
 from __future__ import annotations
@@ -32,16 +48,24 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as nnf
 
+from ..dummy_layer import ROUTES, Route
+from ..gram import r_ill_of_features, r_well_of_features
 from ..immunization.config import PROTOCOLS
-from ..immunization.spectra import torch_extremes
+from ..immunization.spectra import FeatureGram, torch_extremes
 from ..kappa import DEFAULT_SHIFT
 from ..regularizers import r_ill, r_well
-from .model import ImmunizableModel, hessian_tilde
+from .model import ImmunizableModel, feature_matrix, hessian_tilde
 from .official import kappa_log_loss, r_ill_official, r_well_official
 
-Method = Literal["ours", "rill_only", "imma", "opt_kappa"]
+Method = Literal["ours", "rill_only", "imma", "opt_kappa", "oracle", "task_only"]
+#: the paper's four methods
 METHODS: tuple[str, ...] = ("ours", "rill_only", "imma", "opt_kappa")
-METHOD_LABELS = {"ours": "Ours", "rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa": "Opt kappa"}
+#: the controls of Table 3's decision (module docstring): what the measure can do here, and what D_P training alone does
+CONTROLS: tuple[str, ...] = ("oracle", "task_only")
+METHOD_LABELS = {"ours": "Ours", "rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa": "Opt kappa",
+                 "oracle": "Oracle (control)", "task_only": "Task only (control)"}
+#: the optimizer of each method that does not use the paper's SGD (Appendix C.2)
+OPTIMIZER_OF: dict[str, str] = {"oracle": "adam"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +76,7 @@ class ObjectiveConfig:
         lambda_P, lambda_H: Eq. 11's weights (Table 4).
         lambda_kappa: weight of Opt kappa's ``kappa(H~_P) - kappa(H~_H)``.
         lambda_imma: weight of IMMA's harmful-loss term.
+        lambda_oracle: weight of the oracle control's ``log kappa(H~_P) - log kappa(H~_H)``.
         imma_inner_steps, imma_inner_lr: IMMA's inner linear-probe adaptation.
         harmful_classes: number of D_H classes (IMMA's probe).
         label_smoothing: of the task loss.
@@ -61,6 +86,7 @@ class ObjectiveConfig:
         shift: the shifted kappa's shift (official protocol).
         official_k: the official protocol's ``k`` (the image width) where the model's input is not the image
             (cached trunk activations); None: the input batch's last dimension, as in the authors' code.
+        spectral_route: "dense" or "gram" (see the module docstring).
         host_checks: the spectral core validates ``H~`` and checks that R_ill is defined (host reads every
             step). ``False`` (with ``on_degenerate="ignore"``, since a tie check is a host read, and a model built
             with ``check=False`` for the dummy layer's Cholesky check) makes a step read nothing back: for a CUDA
@@ -71,6 +97,7 @@ class ObjectiveConfig:
     lambda_H: float = 0.0
     lambda_kappa: float = 0.0
     lambda_imma: float = 0.0
+    lambda_oracle: float = 0.0
     imma_inner_steps: int = 1
     imma_inner_lr: float = 1.0
     harmful_classes: int = 2
@@ -81,20 +108,36 @@ class ObjectiveConfig:
     protocol: str = "paper"
     shift: float = DEFAULT_SHIFT
     official_k: int | None = None
+    spectral_route: Route = "dense"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if self.spectral_route not in ROUTES:
+            raise ValueError(f"spectral_route must be one of {ROUTES}, got {self.spectral_route!r}")
 
 
-def kappa_autograd(H: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
+def kappa_autograd(H: "torch.Tensor | FeatureGram", rtol: float | None = None) -> torch.Tensor:
     """kappa of the PSD ``H`` (largest over smallest eigenvalue above ``rtol * max``: :mod:`kappalab.kappa`'s rank
     rule, through :func:`kappalab.immunization.spectra.torch_extremes`), differentiable through
-    ``torch.linalg.eigvalsh`` (whose backward has no eigen-gap denominators). Computed on the device without
-    reading anything back: a zero ``H`` gives NaN, which the training loop reports as a non-finite loss."""
-    e = torch_extremes(H, "pinv", rtol=rtol)
+    ``torch.linalg.eigvalsh`` (whose backward has no eigen-gap denominators); ``H`` may be a
+    :class:`~kappalab.immunization.spectra.FeatureGram` (the eigenvalues of its ``N x N`` Gram matrix, ranked as
+    ``H``'s). Computed on the device without reading anything back: a zero ``H`` gives NaN, which the training loop
+    reports as a non-finite loss."""
+    if isinstance(H, FeatureGram):
+        e = torch_extremes(H.G, "pinv", rtol=rtol, dim=H.dim)
+    else:
+        e = torch_extremes(H, "pinv", rtol=rtol)
     return e.s_max / e.s_min
+
+
+def regularizer(name: str, F: torch.Tensor, cfg: ObjectiveConfig) -> torch.Tensor:
+    """R_well (``name="r_well"``) or R_ill of ``H~ = F^T F`` by ``cfg``'s spectral route, differentiable in F."""
+    options = dict(rtol=cfg.reg_rtol, on_degenerate=cfg.on_degenerate, check=cfg.host_checks)
+    if cfg.spectral_route == "gram":
+        return (r_well_of_features if name == "r_well" else r_ill_of_features)(F, **options)
+    return (r_well if name == "r_well" else r_ill)(hessian_tilde(F), psd=True, **options)
 
 
 def _xy(batch: Any, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,10 +150,11 @@ def objective_terms(model: ImmunizableModel, method: str, batch_P: Any, batch_H:
     """The unweighted terms of ``method``'s objective on one (D_P, D_H) batch pair, each differentiable.
 
     Keys: ``task`` always; ``r_well``/``r_ill`` (ours), ``r_ill`` (rill_only), ``kappa_gap`` (opt_kappa; official
-    protocol: ``kappa_log``), ``harmful`` (imma; the loss to be *maximised*). :func:`weighted_loss` combines them.
+    protocol: ``kappa_log``), ``harmful`` (imma; the loss to be *maximised*), ``log_kappa_ratio`` (oracle); nothing
+    more for task_only. :func:`weighted_loss` combines them.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method not in METHODS + CONTROLS:
+        raise ValueError(f"method must be one of {METHODS + CONTROLS}, got {method!r}")
     official = cfg.protocol == "official"
     if official and model.dummy is not None:
         raise ValueError("protocol 'official': the authors' code has no dummy layer; build the model with "
@@ -120,12 +164,18 @@ def objective_terms(model: ImmunizableModel, method: str, batch_P: Any, batch_H:
     z_P = model.pre_features(x_P)
     terms = {"task": nnf.cross_entropy(model.classifier(model.head_features(z_P)), y_P,
                                        label_smoothing=cfg.label_smoothing)}
-    reg = dict(psd=True, rtol=cfg.reg_rtol, on_degenerate=cfg.on_degenerate, check=cfg.host_checks)
-    if official and method in ("ours", "rill_only", "opt_kappa"):
+    route = cfg.spectral_route
+    if method == "task_only":
+        return terms
+    if method == "oracle":
+        log_kappa = lambda F: torch.log(kappa_autograd(feature_matrix(F, route), cfg.reg_rtol))  # noqa: E731
+        terms["log_kappa_ratio"] = log_kappa(model.head_features(z_P)) - log_kappa(model.features(x_H))
+    elif official and method in ("ours", "rill_only", "opt_kappa"):
         # their K = X1.size(-1): the D_P image batch's last dimension (official_k when the batch holds cached
         # trunk activations instead of images)
         k = cfg.official_k or int(x_P.shape[-1])
-        S_H, S_P = hessian_tilde(model.features(x_H)), hessian_tilde(model.head_features(z_P))
+        S_H = feature_matrix(model.features(x_H), route)
+        S_P = feature_matrix(model.head_features(z_P), route)
         if method == "opt_kappa":
             terms["kappa_log"] = kappa_log_loss(S_P, S_H, cfg.shift)
         else:
@@ -133,14 +183,14 @@ def objective_terms(model: ImmunizableModel, method: str, batch_P: Any, batch_H:
             if method == "ours":
                 terms["r_well"] = r_well_official(S_P, k, cfg.shift)
     elif method in ("ours", "rill_only"):
-        F_H = model.head_features(model.pre_features(x_H), precondition=True)
-        terms["r_ill"] = r_ill(hessian_tilde(F_H), **reg)
+        F_H = model.head_features(model.pre_features(x_H), precondition=True, route=route)
+        terms["r_ill"] = regularizer("r_ill", F_H, cfg)
         if method == "ours":
-            terms["r_well"] = r_well(hessian_tilde(model.head_features(z_P, precondition=True)), **reg)
+            terms["r_well"] = regularizer("r_well", model.head_features(z_P, precondition=True, route=route), cfg)
     elif method == "opt_kappa":
         F_H = model.head_features(model.pre_features(x_H))
-        terms["kappa_gap"] = (kappa_autograd(hessian_tilde(model.head_features(z_P)), cfg.reg_rtol)
-                              - kappa_autograd(hessian_tilde(F_H), cfg.reg_rtol))
+        terms["kappa_gap"] = (kappa_autograd(feature_matrix(model.head_features(z_P), route), cfg.reg_rtol)
+                              - kappa_autograd(feature_matrix(F_H, route), cfg.reg_rtol))
     else:  # imma
         F_H = model.head_features(model.pre_features(x_H))
         W = torch.zeros(F_H.shape[1], cfg.harmful_classes, dtype=F_H.dtype, device=F_H.device, requires_grad=True)
@@ -152,7 +202,8 @@ def objective_terms(model: ImmunizableModel, method: str, batch_P: Any, batch_H:
 
 
 WEIGHTS = {"r_well": ("lambda_P", 1.0), "r_ill": ("lambda_H", 1.0), "kappa_gap": ("lambda_kappa", 1.0),
-           "kappa_log": ("lambda_kappa", 1.0), "harmful": ("lambda_imma", -1.0)}
+           "kappa_log": ("lambda_kappa", 1.0), "harmful": ("lambda_imma", -1.0),
+           "log_kappa_ratio": ("lambda_oracle", 1.0)}
 """term -> (config weight, sign) in the minimised loss; ``task`` has weight 1."""
 
 

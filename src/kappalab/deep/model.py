@@ -24,7 +24,8 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..dummy_layer import DummyLinear, Side
+from ..dummy_layer import DummyLinear, Route, Side
+from ..immunization.spectra import FeatureGram
 
 
 class ImmunizableModel(nn.Module):
@@ -117,13 +118,13 @@ class ImmunizableModel(nn.Module):
             raise ValueError(f"the neck must output (batch, {self.feature_dim}) features, got {tuple(z.shape)}")
         return z
 
-    def head_features(self, z: torch.Tensor, precondition: bool = False) -> torch.Tensor:
-        """Features ``F`` from the dummy layer's input; ``precondition`` as in :class:`DummyLinear`."""
-        return z if self.dummy is None else self.dummy(z, precondition=precondition)
+    def head_features(self, z: torch.Tensor, precondition: bool = False, route: Route = "dense") -> torch.Tensor:
+        """Features ``F`` from the dummy layer's input; ``precondition`` and ``route`` as in :class:`DummyLinear`."""
+        return z if self.dummy is None else self.dummy(z, precondition=precondition, route=route)
 
-    def features(self, x: torch.Tensor, precondition: bool = False) -> torch.Tensor:
+    def features(self, x: torch.Tensor, precondition: bool = False, route: Route = "dense") -> torch.Tensor:
         """Features ``f_theta(x)`` of Eq. 18 (batch x D_hid)."""
-        return self.head_features(self.pre_features(x), precondition)
+        return self.head_features(self.pre_features(x), precondition, route)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits of the D_P classifier."""
@@ -136,6 +137,15 @@ def hessian_tilde(F: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"F must be a 2-D (samples x features) matrix, got shape {tuple(F.shape)}")
     H = F.T @ F
     return 0.5 * (H + H.T)
+
+
+def feature_matrix(F: torch.Tensor, route: Route) -> "torch.Tensor | FeatureGram":
+    """``H~ = F^T F`` as the spectral core reads it: formed (``route="dense"``, or ``N >= D_hid`` where ``H~`` is
+    the smaller matrix) or held as its ``N x N`` Gram matrix (``route="gram"`` with ``N < D_hid``:
+    :class:`~kappalab.immunization.spectra.FeatureGram`)."""
+    if route == "gram" and F.shape[0] < F.shape[1]:
+        return FeatureGram(F)
+    return hessian_tilde(F)
 
 
 class SmallCNN(nn.Module):

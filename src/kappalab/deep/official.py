@@ -23,30 +23,33 @@ from dataclasses import replace
 
 import torch
 
-from ..immunization.spectra import torch_extremes, torch_kappa
+from ..immunization.spectra import FeatureGram, shifted_extremes, torch_kappa
 from ..kappa import DEFAULT_SHIFT
 from ..regularizers import ill_denominator, r_well_from_extremes
 from ..spectral import Extremes
 
 
-def official_extremes(S: torch.Tensor, k: int, shift: float = DEFAULT_SHIFT) -> Extremes:
-    """The shifted rule's extremes of ``S`` (differentiable) with ``p = rank = k`` (see the module docstring)."""
+def official_extremes(S: "torch.Tensor | FeatureGram", k: int, shift: float = DEFAULT_SHIFT) -> Extremes:
+    """The shifted rule's extremes of ``S`` (differentiable) with ``p = rank = k`` (see the module docstring); ``S``
+    may be a :class:`~kappalab.immunization.spectra.FeatureGram` (the gram route: ``s_min`` is the shift, see
+    :func:`~kappalab.immunization.spectra.gram_extremes_shifted`)."""
     if not (isinstance(k, int) and k >= 1):
         raise ValueError(f"k must be a positive int (the input batch's last dimension), got {k!r}")
-    return replace(torch_extremes(S, "shifted", shift=shift, rank=k), p=k)
+    return replace(shifted_extremes(S, shift, rank=k), p=k)
 
 
-def r_well_official(S: torch.Tensor, k: int, shift: float = DEFAULT_SHIFT) -> torch.Tensor:
+def r_well_official(S: "torch.Tensor | FeatureGram", k: int, shift: float = DEFAULT_SHIFT) -> torch.Tensor:
     """Their ``r1 = s_max^2/2 - ||S||_F^2/(2k)``."""
     return r_well_from_extremes(official_extremes(S, k, shift))
 
 
-def r_ill_official(S: torch.Tensor, k: int, shift: float = DEFAULT_SHIFT) -> torch.Tensor:
+def r_ill_official(S: "torch.Tensor | FeatureGram", k: int, shift: float = DEFAULT_SHIFT) -> torch.Tensor:
     """Their ``r2 = 1 / (||S||_F^2/(2k) - s_min^2/2)`` (no definedness check: the step reads nothing back)."""
     return 1.0 / ill_denominator(official_extremes(S, k, shift), check=False)
 
 
-def kappa_log_loss(S_P: torch.Tensor, S_H: torch.Tensor, shift: float = DEFAULT_SHIFT) -> torch.Tensor:
+def kappa_log_loss(S_P: "torch.Tensor | FeatureGram", S_H: "torch.Tensor | FeatureGram",
+                   shift: float = DEFAULT_SHIFT) -> torch.Tensor:
     """Their kappa loss ``1 / log kappa(S_H) + log kappa(S_P)`` (shifted kappa, autograd through the eigenvalues)."""
     kappa = lambda S: torch_kappa(S, "shifted", shift=shift)  # noqa: E731  (eigenvalues: kappalab.extremes)
     return 1.0 / torch.log(kappa(S_H)) + torch.log(kappa(S_P))

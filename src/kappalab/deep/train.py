@@ -46,16 +46,20 @@ class TrainConfig:
     classifier_weight_decay: float = 2e-5
     epochs: int = 3
     grad_clip: float | None = None
+    optimizer: str = "sgd"  #: "sgd" (Appendix C.2) or "adam" (the oracle control; momentum and nesterov unused)
 
 
-def make_optimizer(model: ImmunizableModel, cfg: TrainConfig) -> torch.optim.SGD:
-    """SGD + Nesterov with the two parameter groups of Appendix C.2."""
+def make_optimizer(model: ImmunizableModel, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """SGD + Nesterov (or Adam) with the two parameter groups of Appendix C.2."""
     if not cfg.lr > 0:
         raise ValueError(f"lr must be > 0, got {cfg.lr!r}")
-    return torch.optim.SGD([
-        {"params": list(model.extractor_parameters()), "weight_decay": cfg.extractor_weight_decay},
-        {"params": list(model.classifier_parameters()), "weight_decay": cfg.classifier_weight_decay},
-    ], lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
+    groups = [{"params": list(model.extractor_parameters()), "weight_decay": cfg.extractor_weight_decay},
+              {"params": list(model.classifier_parameters()), "weight_decay": cfg.classifier_weight_decay}]
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=cfg.lr)
+    if cfg.optimizer != "sgd":
+        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {cfg.optimizer!r}")
+    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
 
 
 def world() -> tuple[int, int]:

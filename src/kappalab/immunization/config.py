@@ -19,10 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
-from types import UnionType
-from typing import Any, Literal, Mapping, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Mapping, get_type_hints
 
-from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, read, set_dotted
+from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, conforms, described, read, set_dotted
 from kappalab.kappa import DEFAULT_SHIFT
 
 Method = Literal["ours", "rill_only", "imma", "opt_kappa", "opt_kappa_log"]
@@ -76,8 +75,8 @@ class Extras:
     def __post_init__(self) -> None:
         for name, declared in _hints().items():
             value = getattr(self, name)
-            if not _conforms(value, declared):
-                raise ValueError(f"extra.{name} must be {_described(declared)}, got {value!r}")
+            if not conforms(value, declared):
+                raise ValueError(f"extra.{name} must be {described(declared)}, got {value!r}")
         if isinstance(self.adam_betas, list):  # a JSON array; the same JSON as the tuple, so the same identity
             object.__setattr__(self, "adam_betas", tuple(self.adam_betas))
         if self.monitor_every < 1:
@@ -101,39 +100,6 @@ class Extras:
 @cache
 def _hints() -> dict[str, Any]:
     return get_type_hints(Extras)
-
-
-def _conforms(value: Any, declared: Any) -> bool:
-    """``value`` is of the declared type (bool is not a number here; an int is a float; a tuple may be a list)."""
-    origin, args = get_origin(declared), get_args(declared)
-    if origin is UnionType:
-        return any(_conforms(value, a) for a in args)
-    if origin is Literal:
-        return isinstance(value, str) and value in args
-    if origin is tuple:
-        return isinstance(value, (tuple, list)) and len(value) == len(args) and \
-            all(_conforms(v, a) for v, a in zip(value, args))
-    if declared is type(None):
-        return value is None
-    if declared is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if declared is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, declared)
-
-
-def _described(declared: Any) -> str:
-    """The declared type in words, for an error message."""
-    origin, args = get_origin(declared), get_args(declared)
-    if origin is UnionType:
-        return " or ".join(_described(a) for a in args)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if origin is tuple:
-        return f"a list of {len(args)} numbers"
-    if declared is type(None):
-        return "null"
-    return ("an " if declared.__name__[0] in "aeiou" else "a ") + declared.__name__
 
 
 _FIELDS = {f.name: f for f in fields(Extras)}

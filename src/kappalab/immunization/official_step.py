@@ -38,7 +38,7 @@ from .protocols import OfficialProtocol, Protocol
 from .spectra import (FeatureGram, extremes_of_gram_spectrum, kappa_of_extremes, official_r1_coefficient,
                       official_r2_coefficient, official_r2_of_extremes, shifted_kappa_coefficient, top_projector)
 from .step_types import Batch, Params, Term
-from .woodbury import addmm
+from ..woodbury import addmm
 
 #: the methods with a closed-form official step (IMMA: with one inner step)
 CLOSED_FORM_METHODS: tuple[str, ...] = ("ours", "rill_only", "opt_kappa", "imma")

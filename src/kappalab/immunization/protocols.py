@@ -49,7 +49,7 @@ from .spectra import (SPECTRAL_ROUTES, FeatureGram, features_lambda_max, gram_sh
                       official_r1, official_r2, torch_kappa)
 from .step_types import Batch, Params
 from .task import LinearTask
-from .woodbury import woodbury_features, woodbury_precondition
+from ..woodbury import woodbury_features, woodbury_precondition
 
 
 def _uniform(gen: torch.Generator, shape: tuple[int, ...], bound: float) -> torch.Tensor:

@@ -38,7 +38,7 @@ __all__ = ["DEFAULT_SHIFT", "kappa", "kappa_shifted", "torch_kappa", "official_r
            "FeatureGram", "gram_extremes_shifted", "SPECTRAL_ROUTES", "torch_extremes", "kappa_of_extremes",
            "official_r2_of_extremes", "extremes_of_gram_spectrum", "top_projector", "official_r1_coefficient",
            "official_r2_coefficient", "shifted_kappa_coefficient", "gram_shifted_kappa",
-           "features_lambda_max"]
+           "features_lambda_max", "shifted_extremes"]
 
 
 def kappa(H: object, definition: str, *, rtol: float | None = None, shift: float = DEFAULT_SHIFT) -> float:
@@ -49,24 +49,30 @@ def kappa(H: object, definition: str, *, rtol: float | None = None, shift: float
 # ---- differentiable (torch) versions used in training -----------------------------------------------------------
 
 def torch_extremes(S, definition: str, *, rtol: float | None = None, shift: float = DEFAULT_SHIFT,
-                   rank: int | None = None) -> Extremes:
+                   rank: int | None = None, dim: int | None = None) -> Extremes:
     """Differentiable ``s_max``, ``s_min`` and ``||S||_F^2`` of a symmetric PSD torch ``S`` as an
     :class:`~kappalab.spectral.Extremes` (singular vectors are not needed by the scalar formulas: left None).
 
     The registered ``definition`` (:func:`kappalab.kappa.kappa_definition`) names the matrix whose eigenvalues are
     read and the rule that keeps them: ``"pinv"``, eigenvalues of S kept by the rank rule at ``rtol``;
     ``"shifted"``, eigenvalues of ``S + shift I`` kept above ``shift``. ``rank`` overrides the ``k`` the formulas
-    use (the official code: ``k = D``). The kept set is found on the device (no host sync). A stack of matrices
-    (leading run dimension) gives one value per matrix in each field.
+    use (the official code: ``k = D``). ``dim``: the size of the matrix whose spectrum this is, when ``S`` is the
+    Gram matrix ``F F^T`` of features ``F`` (``N x D``, ``N < D``) standing for ``F^T F`` (the same nonzero
+    eigenvalues; the rank rule's default ``rtol`` is then ``D * eps``, and ``p = D``); ``"pinv"`` only, as the
+    shifted rule reads the zero eigenvalues the Gram matrix does not hold. The kept set is found on the device (no
+    host sync). A stack of matrices (leading run dimension) gives one value per matrix in each field.
     """
     import torch
 
-    d, D = kappa_definition(definition), S.shape[-1]
+    n = S.shape[-1]
+    d, D = kappa_definition(definition), n if dim is None else dim
+    if D != n and definition != "pinv":
+        raise ValueError(f"dim != S.shape[-1] (a Gram matrix) needs the 'pinv' definition, got {definition!r}")
     lam = _eigenvalues(d.matrix(S, shift=shift))
     threshold, keep, k = d.rule(lam.detach(), rtol=rtol, shift=shift, dim=D)
     first = torch.argmax(keep.to(torch.int8), dim=-1, keepdim=True)  # ascending order: first kept = smallest kept
     s_min = lam.gather(-1, first).squeeze(-1)
-    s_km1 = lam.gather(-1, torch.clamp(first + 1, max=D - 1)).squeeze(-1)
+    s_km1 = lam.gather(-1, torch.clamp(first + 1, max=n - 1)).squeeze(-1)
     k_used = k if rank is None else torch.full((), rank, dtype=torch.int64, device=S.device)
     return Extremes(s_max=lam[..., -1], u_max=None, v_max=None, s_2=lam[..., -2], s_min=s_min, u_min=None,
                     v_min=None, s_km1=s_km1, rank=k_used, fro2=(S * S).sum(dim=(-2, -1)), p=D, threshold=threshold)
@@ -98,14 +104,14 @@ def kappa_of_extremes(e: Extremes):
 def official_r1(S, shift: float = DEFAULT_SHIFT):
     """The official code's well-conditioning term ``s_max^2/2 - ||S||_F^2/(2D)`` (core R_well formula, p = D).
     ``S`` may be a :class:`FeatureGram` (gram route, :func:`gram_extremes_shifted`)."""
-    return r_well_from_extremes(_shifted_extremes(S, shift))
+    return r_well_from_extremes(shifted_extremes(S, shift))
 
 
 def official_r2(S, shift: float = DEFAULT_SHIFT):
     """The official code's ill-conditioning term ``1 / (||S||_F^2/(2D) - s_min^2/2)``: core R_ill denominator
     with ``k = D`` (the dimension) instead of Eq. 12's ``k = rank(S)``. ``S`` may be a :class:`FeatureGram`
     (gram route: ``s_min := shift``, see :func:`gram_extremes_shifted`)."""
-    return official_r2_of_extremes(_shifted_extremes(S, shift, rank=S.shape[-1]))
+    return official_r2_of_extremes(shifted_extremes(S, shift, rank=S.shape[-1]))
 
 
 def official_r2_of_extremes(e: Extremes):
@@ -252,7 +258,9 @@ def features_lambda_max(X, theta, bias=None, *, rtol: float = LANCZOS_RTOL, max_
     return None
 
 
-def _shifted_extremes(S, shift: float, rank: int | None = None) -> Extremes:
+def shifted_extremes(S, shift: float = DEFAULT_SHIFT, rank: int | None = None) -> Extremes:
+    """:func:`torch_extremes` under the ``"shifted"`` rule of a torch ``S`` or a :class:`FeatureGram` (its gram
+    route, :func:`gram_extremes_shifted`)."""
     if isinstance(S, FeatureGram):
         return gram_extremes_shifted(S, shift, rank)
     return torch_extremes(S, "shifted", shift=shift, rank=rank)

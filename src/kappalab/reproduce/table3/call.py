@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ...cli_options import UsageError
-from ...deep import METHODS
+from ...deep.methods import CONTROLS, METHODS
 from ...extremes import eigensolver_option
 from ...results import RunStore, to_jsonable
 from ..identity import data_identity, identity
@@ -56,9 +56,9 @@ def run(call) -> int:
 
 def _run(call) -> int:
     args, cfg, out, seeds, methods, title = call.args, call.cfg, call.out, call.seeds, call.methods, call.title
-    unknown = [m for m in cfg.methods + methods if m not in METHODS]
+    unknown = [m for m in cfg.methods + methods if m not in METHODS + CONTROLS]
     if unknown:
-        raise UsageError(f"config {cfg.config_file}: unknown methods {unknown}; choose from {METHODS}")
+        raise UsageError(f"config {cfg.config_file}: unknown methods {unknown}; choose from {METHODS + CONTROLS}")
     if cfg.arch == "efficientnet_lite0":
         from .real_report import run_and_report
 

@@ -51,8 +51,9 @@ from kappalab.cli_options import (RESULTS, Parser, UsageError, check_device, che
 from kappalab.configs import PROTOCOLS
 from kappalab.reproduce.table3.config import Table3Config
 
-#: the method names (kappalab.deep.METHODS; repeated here so that parsing needs no torch, checked by a test)
-METHODS = ("ours", "rill_only", "imma", "opt_kappa")
+#: the method and control names (kappalab.deep.METHODS + CONTROLS; repeated here so that parsing needs no torch,
+#: checked by a test)
+METHODS = ("ours", "rill_only", "imma", "opt_kappa", "oracle", "task_only")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,9 +17,13 @@ file read, ``--quick``), which no file or ``--set`` names.
 from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, Mapping
+from functools import cache
+from typing import Any, Mapping, get_type_hints
 
-from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, read, set_dotted
+from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, conforms, described, read, set_dotted
+
+#: the reason recorded for a value given with ``--set``
+SET_REASON = "set on the command line (--set)"
 
 @dataclass(frozen=True)
 class SearchConfig:
@@ -55,8 +59,8 @@ class Table3Config:
     seeds: list[int]
     methods: list[str]
     eta: float  #: SGD learning rate
-    lambda_P: float
-    lambda_H: float
+    lambda_P: float | None  #: None: balanced at theta_0 (lambda_multiple)
+    lambda_H: float | None
     lambda_kappa: float | None  #: Opt kappa's weight (None: not in the paper; --calibrate)
     lambda_imma: float | None  #: IMMA's weight (None: not in the paper; --calibrate)
     epochs: int
@@ -78,8 +82,11 @@ class Table3Config:
     rir_group_size: int
     method_epochs: dict[str, int] | None = None  #: per-method epochs (early stopping of the search)
     calibration_batches: int = 5
+    lambda_oracle: float | None = None  #: the oracle control's weight (None: balanced at theta_0)
     label: str | None = None
-    lambda_rule: str | None = None
+    #: a lambda left null in the file is the balanced scale at theta_0 (Appendix C.2's gradient-norm rule, the
+    #: ``init`` record) times this multiple (the real network's lambda grid); a number (file or ``--set``) is used
+    lambda_multiple: float = 1.0
     search: SearchConfig | None = None
     # the CPU proxy (MNIST digits)
     width: int | None = None
@@ -112,6 +119,8 @@ class Table3Config:
     #: the tail's BatchNorm in training: "batch" (batch statistics, running statistics updated: the paper's
     #: training) or "frozen" (theta_0's running statistics, never updated): kappalab.deep.ImmunizableModel
     norm_statistics: str = "batch"
+    #: "dense" (H~ formed, D_hid x D_hid) or "gram" (the N x N minibatch Gram matrix): kappalab.deep.methods
+    spectral_route: str = "dense"
     # the protocol (kappalab.deep.official): "paper" (the paper's text) or "official" (the authors' code)
     protocol: str = "paper"
     transforms: str = "timm_eval"  #: image folders: "timm_eval" (every split) or "authors" (see imagefolder)
@@ -138,10 +147,55 @@ OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES if n != "protocol
 IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_eval", "pretrain_data": None,
                                      "trunk_cut": None, "image_size": None, "per_class": None,
                                      "split_seed_real": None, "head_l2": None, "probe_target_loss": None,
-                                     "probe_max_iter": None, "norm_statistics": "batch"}
+                                     "probe_max_iter": None, "norm_statistics": "batch", "lambda_multiple": 1.0,
+                                     "lambda_oracle": None, "spectral_route": "dense"}
 _BLOCK = set(FIELD_NAMES) - {"protocol"}
-#: the values of ``norm_statistics`` (kappalab.deep.ImmunizableModel)
-NORM_STATISTICS = ("batch", "frozen")
+#: the accepted values of the fields that name a choice
+CHOICES: dict[str, tuple[str, ...]] = {
+    "norm_statistics": ("batch", "frozen"),  # kappalab.deep.ImmunizableModel
+    "spectral_route": ("dense", "gram"),  # kappalab.deep.methods
+    "dummy_side": ("input", "output"),  # kappalab.dummy_layer
+    "on_degenerate": ("raise", "warn", "ignore"),  # kappalab.spectral
+    "protocol": PROTOCOLS,
+}
+#: fields that must be > 0, and fields that must be >= 0 (when not null)
+POSITIVE = ("eta", "epochs", "batch_size", "probe_epochs", "rir_groups", "rir_group_size", "calibration_batches",
+            "imma_inner_steps", "lambda_multiple", "image_size", "probe_max_iter", "pretrain_epochs", "pretrain_lr",
+            "pretrain_batch_size", "width")
+NON_NEGATIVE = ("lambda_P", "lambda_H", "lambda_kappa", "lambda_imma", "lambda_oracle", "momentum",
+                "extractor_weight_decay", "classifier_weight_decay", "imma_inner_lr", "label_smoothing", "reg_rtol",
+                "dummy_ridge", "head_l2", "probe_target_loss", "num_workers")
+
+
+def _check_values(cfg: "Table3Config", where: str) -> None:
+    """Every field of its declared type, every rate and size in range, every choice known: else a ConfigError
+    naming the key and the file (and ``--set`` where the value came from the command line)."""
+    def fail(name: str, what: str) -> None:
+        origin = " (from --set)" if cfg.reasons.get(name) == SET_REASON else ""
+        raise ConfigError(f"config {where}: {name} must be {what}, got {getattr(cfg, name)!r}{origin}")
+
+    for name, declared in _hints().items():
+        if name not in LOADER_FIELDS and not conforms(getattr(cfg, name), declared):
+            fail(name, described(declared))
+    for name in POSITIVE:
+        if getattr(cfg, name) is not None and not getattr(cfg, name) > 0:
+            fail(name, "> 0")
+    for name in NON_NEGATIVE:
+        if getattr(cfg, name) is not None and not getattr(cfg, name) >= 0:
+            fail(name, ">= 0")
+    for name, allowed in CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            fail(name, "one of " + ", ".join(map(repr, allowed)))
+    if not cfg.momentum < 1:
+        fail("momentum", "< 1")
+    for name, epochs in (cfg.method_epochs or {}).items():
+        if not epochs >= 1:
+            raise ConfigError(f"config {where}: method_epochs.{name} must be >= 1, got {epochs!r}")
+
+
+@cache
+def _hints() -> dict[str, Any]:
+    return get_type_hints(Table3Config)
 
 
 def _check_keys(where: str, keys, allowed, prefix: str = "") -> None:
@@ -198,7 +252,7 @@ def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, A
         values.update(over)
     for key, value in (overrides or {}).items():
         set_dotted(values, key, value, OVERRIDABLE, f"--set {key}")
-        reasons[key] = "set on the command line (--set)"
+        reasons[key] = SET_REASON
     missing = [k for k in _REQUIRED if k not in values]
     if missing:
         raise ConfigError(f"config {where}: lacks {missing}")
@@ -212,9 +266,7 @@ def load_table3_config(name: str, quick: bool = False, overrides: Mapping[str, A
             raise ConfigError(f"config {where}: the search block lacks {lacking}")
         values["search"] = SearchConfig(**values["search"])
     loaded = Table3Config(**values, reasons=reasons, config_file=shown, quick=quick)
-    if loaded.norm_statistics not in NORM_STATISTICS:
-        raise ConfigError(f"config {where}: norm_statistics must be one of {NORM_STATISTICS}, "
-                          f"got {loaded.norm_statistics!r}")
+    _check_values(loaded, where)
     return loaded
 
 
@@ -222,7 +274,7 @@ def resolved(cfg: Table3Config) -> dict[str, Any]:
     """The part of a loaded config that a run's numbers depend on (its identity's config): every field except
     the descriptive ones and the run list (seeds and methods are part of each run's own options); the fields of
     :data:`IDENTITY_DEFAULTS` only where they differ from those values."""
-    descriptive = ("description", "label", "seeds", "methods", "lambda_rule", "unfollowed")
+    descriptive = ("description", "label", "seeds", "methods", "unfollowed")
     out = {k: getattr(cfg, k) for k in FIELD_NAMES if k not in descriptive
            and not (k in IDENTITY_DEFAULTS and getattr(cfg, k) == IDENTITY_DEFAULTS[k])}
     if cfg.search is not None:

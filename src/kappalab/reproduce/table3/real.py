@@ -8,8 +8,9 @@
   ``trunk_cut`` is frozen and its activations are cached (:mod:`kappalab.deep.trunk`); the tail (the last stage,
   ``conv_head``, ``bn2`` -> 1280 pooled features, plus the dummy layer under the paper protocol) is trained by each
   method with :func:`kappalab.deep.immunize` and the objectives of :mod:`kappalab.deep.methods`.
-* The lambdas follow Appendix C.2's gradient-norm rule at theta_0 (``lambda_rule: "balanced"``): each seed's
-  ``init`` record holds the gradient norms and the balanced scales, and the methods of that seed use them.
+* The lambdas follow Appendix C.2's gradient-norm rule at theta_0 (:func:`run_lambdas`): each seed's ``init``
+  record holds the gradient norms and the balanced scales; a method run uses the scale times ``lambda_multiple``
+  for every lambda its config leaves null, and a lambda the config gives (the file or ``--set``) as given.
 * Every method record holds the three RIR estimators (:func:`kappalab.estimators.estimate_all` on the held-out
   features of theta_0 and theta_I), the singular values of the four held-out feature matrices, and utility measured
   without kappa (:func:`utility`); the held-out features themselves are kept under the work folder
@@ -151,6 +152,13 @@ def utility(model: ImmunizableModel, data: RealData, imagenet_head: nn.Module, c
     }
 
 
+def run_lambdas(cfg: Table3Config, balanced: dict[str, float]) -> dict[str, float]:
+    """The lambdas of a method run: ``cfg``'s value where it gives one, else the balanced scale at theta_0 times
+    ``cfg.lambda_multiple``."""
+    return {name: scale * cfg.lambda_multiple if getattr(cfg, name) is None else getattr(cfg, name)
+            for name, scale in balanced.items()}
+
+
 def heldout_features(model: ImmunizableModel, data: RealData) -> dict[str, np.ndarray]:
     """Features of the held-out parts (float64): ``{"P": ..., "H": ...}``."""
     return {t: extract_features(model, data.X[t, "heldout"]).numpy() for t in ("P", "H")}
@@ -195,7 +203,7 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
                 record["calibration"] = _calibration(task, base, cfg, seed)
                 record["utility"] = dict(base_util)
             else:
-                lambdas = {k: v for k, v in init["calibration"]["balanced"].items()}
+                lambdas = run_lambdas(cfg, init["calibration"]["balanced"])
                 run_cfg = dataclasses.replace(cfg, **lambdas)
                 model = copy.deepcopy(base)
                 torch.manual_seed(seed)

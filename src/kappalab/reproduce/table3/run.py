@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...deep.methods import CONTROLS, OPTIMIZER_OF, WEIGHTS
 from ...deep import (METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig, TrainConfig, accuracy,
                      balanced_scale, extract_features, gradient_norms, immunize, linear_probe_curve, rir_theta0)
 from ...deep.task import Task
@@ -32,9 +33,9 @@ def load_config(name: str, quick: bool = False, overrides: dict[str, Any] | None
     """A Table 3 config (shipped ``table3_<name>.json`` or a path), the frozen :class:`Table3Config` of
     :func:`kappalab.reproduce.table3.config.load_table3_config`; its methods must be known."""
     cfg = load_table3_config(name, quick, overrides)
-    unknown = [m for m in cfg.methods if m not in METHODS]
+    unknown = [m for m in cfg.methods if m not in METHODS + CONTROLS]
     if unknown:
-        raise ValueError(f"config {cfg.config_file}: unknown methods {unknown}; choose from {METHODS}")
+        raise ValueError(f"config {cfg.config_file}: unknown methods {unknown}; choose from {METHODS + CONTROLS}")
     return cfg
 
 
@@ -42,6 +43,7 @@ def objective_config(cfg: Table3Config, harmful_classes: int) -> ObjectiveConfig
     """The :class:`ObjectiveConfig` of a loaded config."""
     return ObjectiveConfig(lambda_P=cfg.lambda_P, lambda_H=cfg.lambda_H,
                            lambda_kappa=cfg.lambda_kappa or 0.0, lambda_imma=cfg.lambda_imma or 0.0,
+                           lambda_oracle=cfg.lambda_oracle or 0.0, spectral_route=cfg.spectral_route,
                            imma_inner_steps=cfg.imma_inner_steps, imma_inner_lr=cfg.imma_inner_lr,
                            harmful_classes=harmful_classes, label_smoothing=cfg.label_smoothing,
                            reg_rtol=cfg.reg_rtol, on_degenerate=cfg.on_degenerate,
@@ -49,10 +51,12 @@ def objective_config(cfg: Table3Config, harmful_classes: int) -> ObjectiveConfig
 
 
 def train_config(cfg: Table3Config, method: str | None = None) -> TrainConfig:
-    """The :class:`TrainConfig` of a loaded config (``method_epochs[method]`` overrides ``epochs`` when given)."""
+    """The :class:`TrainConfig` of a loaded config (``method_epochs[method]`` overrides ``epochs`` when given; the
+    method's optimizer: :data:`kappalab.deep.methods.OPTIMIZER_OF`)."""
     epochs = (cfg.method_epochs or {}).get(method, cfg.epochs)
     return TrainConfig(lr=cfg.eta, momentum=cfg.momentum, extractor_weight_decay=cfg.extractor_weight_decay,
-                       classifier_weight_decay=cfg.classifier_weight_decay, epochs=epochs)
+                       classifier_weight_decay=cfg.classifier_weight_decay, epochs=epochs,
+                       optimizer=OPTIMIZER_OF.get(method, "sgd"))
 
 
 def _calibration(task: Task, model: ImmunizableModel, cfg: Table3Config, seed: int) -> dict[str, Any]:
@@ -67,7 +71,7 @@ def _calibration(task: Task, model: ImmunizableModel, cfg: Table3Config, seed: i
     norms: dict[str, list[float]] = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DegenerateSpectrumWarning)
-        for method in METHODS:
+        for method in dict.fromkeys([*METHODS, *(m for m in cfg.methods if m in CONTROLS)]):
             for _, (bP, bH) in pairs:
                 for k, v in gradient_norms(model, method, bP, bH, obj, task.device).items():
                     norms.setdefault(k, []).append(v)
@@ -75,8 +79,7 @@ def _calibration(task: Task, model: ImmunizableModel, cfg: Table3Config, seed: i
         if not issubclass(w.category, DegenerateSpectrumWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     mean = {k: float(np.mean(v)) for k, v in norms.items()}
-    weight_of = {"r_well": "lambda_P", "r_ill": "lambda_H", "kappa_gap": "lambda_kappa", "kappa_log": "lambda_kappa",
-                 "harmful": "lambda_imma"}
+    weight_of = {term: weight for term, (weight, _) in WEIGHTS.items()}
     ties = sum(issubclass(w.category, DegenerateSpectrumWarning) for w in caught)
     return {"grad_norms": mean, "batches": batches, "degenerate_batches": ties,
             "balanced": {weight_of[k]: balanced_scale(mean["task"], v) for k, v in mean.items() if k != "task"}}

@@ -1,6 +1,7 @@
 """The dummy layer's preconditioning ``(X^T X + ridge I)^{-1}`` by the Woodbury identity, for batches of ``N < D``
 rows: one ``N x N`` Cholesky instead of a ``D x D`` one (the gram and features routes of
-:mod:`kappalab.immunization.protocols`), and the one-GEMM ``addmm`` they share with the step engines."""
+:mod:`kappalab.immunization.protocols`, and the deep nets' dummy layer on its gram route,
+:mod:`kappalab.dummy_layer`), and the one-GEMM ``addmm`` they share with the step engines."""
 
 from __future__ import annotations
 

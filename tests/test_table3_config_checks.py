@@ -1,0 +1,78 @@
+"""Table 3's config is typed and checked like the linear tables' :class:`~kappalab.immunization.MethodConfig`: a
+wrong type, a rate out of range, an unknown choice or key is one :class:`~kappalab.configs.ConfigError` naming the
+key and the file (one line and exit 2 on the command line); ``--set`` reaches every path, the real network's
+lambdas included, and enters the run identity."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kappalab.configs import ConfigError
+from kappalab.reproduce.table3.config import load_table3_config, resolved
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = "efficientnet_lite0_mnist"
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("epochs", "three", "epochs must be an int"),
+    ("epochs", 0, "epochs must be > 0"),
+    ("eta", -1, "eta must be > 0"),
+    ("eta", True, "eta must be a float"),
+    ("lambda_H", -5.0, "lambda_H must be >= 0"),
+    ("momentum", 1.0, "momentum must be < 1"),
+    ("seeds", [0, "1"], "seeds must be a list of ints"),
+    ("spectral_route", "sparse", "spectral_route must be one of 'dense', 'gram'"),
+    ("dummy_side", "left", "dummy_side must be one of"),
+])
+def test_a_bad_value_names_the_key_and_the_file(key, value, says):
+    with pytest.raises(ConfigError, match="table3_proxy.json") as error:
+        load_table3_config("proxy", overrides={key: value})
+    assert says in str(error.value) and str(error.value).endswith("(from --set)") and "\n" not in str(error.value)
+
+
+def test_an_unknown_key_names_the_key():
+    with pytest.raises(ConfigError, match="lambda_rule"):
+        load_table3_config("proxy", overrides={"lambda_rule": "balanced"})
+
+
+def test_every_shipped_config_passes_the_checks():
+    from kappalab.configs import names
+
+    for name in names():
+        if name.startswith("table3_"):
+            for protocol in ("paper", "official"):
+                try:
+                    load_table3_config(name.removeprefix("table3_"), protocol=protocol)
+                except ConfigError as error:
+                    assert "no 'official' block" in str(error), error
+
+
+def test_set_lambda_changes_the_real_runs_identity_and_lambdas():
+    from kappalab.reproduce.table3.real import run_lambdas
+
+    balanced = {"lambda_P": 1e-3, "lambda_H": 1e2, "lambda_kappa": 1e-6, "lambda_imma": 1.0}
+    default = load_table3_config(REAL)
+    given = load_table3_config(REAL, overrides={"lambda_H": 5e3})
+    tenfold = load_table3_config(REAL, overrides={"lambda_multiple": 10})
+    assert resolved(given) != resolved(default) and resolved(given)["lambda_H"] == 5e3
+    assert run_lambdas(default, balanced) == balanced
+    assert run_lambdas(given, balanced) == {**balanced, "lambda_H": 5e3}
+    assert run_lambdas(tenfold, balanced) == {k: 10 * v for k, v in balanced.items()}
+    assert "lambda_multiple" not in resolved(default) and resolved(tenfold)["lambda_multiple"] == 10
+
+
+def test_the_command_line_refuses_a_bad_set_in_one_line(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-m", "kappalab.cli", "reproduce", "table3", "--proxy", "--quick",
+                             "--set", "epochs=three", "--out", str(tmp_path / "out")], capture_output=True,
+                            text=True, cwd=tmp_path, env=env, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "epochs" in lines[0] and "table3_proxy.json" in lines[0]
+    assert not (tmp_path / "out").exists()

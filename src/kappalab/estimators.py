@@ -188,6 +188,8 @@ def _exact_ci(hi: np.ndarray, h0: np.ndarray, pi: np.ndarray, p0: np.ndarray, rt
               seed: int, budget: float) -> tuple[tuple[float, float] | None, str]:
     """The exact estimator's percentile interval over sample resamples (or None) and a note on how or why not."""
     n_H, n_P, dim = h0.shape[0], p0.shape[0], h0.shape[1]
+    if n_boot < 1:
+        return None, "no bootstrap over samples (n_boot_exact = 0)"
     short = [f"D_{t} ({n})" for t, n in (("P", n_P), ("H", n_H)) if DISTINCT_FRACTION * n < dim]
     if short:
         return None, (f"no bootstrap over samples: a resample of N rows holds ~0.632 N distinct ones, fewer than "

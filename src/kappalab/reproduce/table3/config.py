@@ -121,6 +121,9 @@ class Table3Config:
     norm_statistics: str = "batch"
     #: "dense" (H~ formed, D_hid x D_hid) or "gram" (the N x N minibatch Gram matrix): kappalab.deep.methods
     spectral_route: str = "dense"
+    #: the precision of the data the real network's features are computed from, for the exact estimator's rank rule
+    #: ("float32": the trunk activations', kappalab.reproduce.table3.measures.features_rtol; "float64": float64's)
+    features_precision: str = "float64"
     # the protocol (kappalab.deep.official): "paper" (the paper's text) or "official" (the authors' code)
     protocol: str = "paper"
     transforms: str = "timm_eval"  #: image folders: "timm_eval" (every split) or "authors" (see imagefolder)
@@ -148,12 +151,13 @@ IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_ev
                                      "trunk_cut": None, "image_size": None, "per_class": None,
                                      "split_seed_real": None, "head_l2": None, "probe_target_loss": None,
                                      "probe_max_iter": None, "norm_statistics": "batch", "lambda_multiple": 1.0,
-                                     "lambda_oracle": None, "spectral_route": "dense"}
+                                     "lambda_oracle": None, "spectral_route": "dense", "features_precision": "float64"}
 _BLOCK = set(FIELD_NAMES) - {"protocol"}
 #: the accepted values of the fields that name a choice
 CHOICES: dict[str, tuple[str, ...]] = {
     "norm_statistics": ("batch", "frozen"),  # kappalab.deep.ImmunizableModel
     "spectral_route": ("dense", "gram"),  # kappalab.deep.methods
+    "features_precision": ("float64", "float32"),  # kappalab.reproduce.table3.measures
     "dummy_side": ("input", "output"),  # kappalab.dummy_layer
     "on_degenerate": ("raise", "warn", "ignore"),  # kappalab.spectral
     "protocol": PROTOCOLS,

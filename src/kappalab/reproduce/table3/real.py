@@ -12,8 +12,11 @@
   record holds the gradient norms and the balanced scales; a method run uses the scale times ``lambda_multiple``
   for every lambda its config leaves null, and a lambda the config gives (the file or ``--set``) as given.
 * Every method record holds the three RIR estimators (:func:`kappalab.estimators.estimate_all` on the held-out
-  features of theta_0 and theta_I), the singular values of the four held-out feature matrices, and utility measured
-  without kappa (:func:`utility`); the held-out features themselves are kept under the work folder
+  features of theta_0 and theta_I; the rank rule at ``features_precision``), the singular values of the four held-out
+  feature matrices and of every group the group estimators read (``group_spectra``), the estimators' terms at four
+  checkpoints of training (``checkpoints``), the optimizer steps (``n_steps``), each module's relative displacement
+  (``displacement``; :mod:`.measures`), and utility measured without kappa (:func:`utility`); the held-out
+  features themselves are kept under the work folder
   (``features.npz``), from which ``experiments/table3_real_store.py`` builds the committed store.
 """
 
@@ -37,6 +40,7 @@ from ...provenance import provenance
 from ...results import RunStore
 from ..identity import identity
 from .config import Table3Config, resolved
+from .measures import Checkpoints, checkpoint_epochs, displacement, features_rtol, group_spectra
 from .real_data import Parts, draw_parts
 from .run import _calibration, objective_config, train_config
 
@@ -182,6 +186,11 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
     keys, done = [], store.done_keys()
     base_util: dict[str, Any] = {}  # theta_0 is the same for every seed: its utility and features once per call
     base_features: dict[str, np.ndarray] = {}
+    n_heldout = {t: int(data.X[t, "heldout"].shape[0]) for t in ("P", "H")}
+    # the exact estimator's rank rule at the trunk activations' precision (measures.features_rtol), where the config
+    # asks for it; None: the float64 default rule of the runs recorded before
+    rtol = (features_rtol(max(n_heldout.values()), net.num_features) if cfg.features_precision == "float32"
+            else None)
     for seed in seeds:
         ident = {m: identity(resolved(cfg), data_id, {"seed": seed, "method": m, "device": "cpu", "dtype": "float64"})
                  for m in ["init", *methods]}
@@ -208,18 +217,27 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
                 model = copy.deepcopy(base)
                 torch.manual_seed(seed)
                 record["lambdas"] = lambdas
-                record["history"] = immunize(model, method, CombinedLoader(*task.loaders(seed),
-                                                                          epoch_on=cfg.epoch_on),
-                                             objective_config(run_cfg, CLASSES), train_config(run_cfg, method),
-                                             progress=False)
+                loader = CombinedLoader(*task.loaders(seed), epoch_on=cfg.epoch_on)
+                train = train_config(run_cfg, method)
+                checkpoints = Checkpoints(checkpoint_epochs(train.epochs), len(loader),
+                                          lambda: heldout_features(model, data), base_features, seed,
+                                          cfg.rir_groups, cfg.rir_group_size, rtol)
+                record["history"] = immunize(model, method, loader, objective_config(run_cfg, CLASSES), train,
+                                             progress=False, on_epoch_end=checkpoints)
+                record["n_steps"] = train.epochs * len(loader)
+                record["checkpoints"] = checkpoints.entries
+                record["displacement"] = displacement(model, base)
                 record["utility"] = utility(model, data, imagenet_head, cfg)
                 record["utility"]["imagenet_agreement"] = float(np.mean(
                     np.asarray(record["utility"]["imagenet_top1"]) == np.asarray(base_util["imagenet_top1"])))
                 F0, FI = base_features, heldout_features(model, data)
                 record["estimates"] = {k: e.as_dict() for k, e in estimate_all(F0["P"], F0["H"], FI["P"], FI["H"],
-                                                                               seed=seed).items()}
+                                                                               seed=seed, rtol=rtol).items()}
+                record["rank_rtol"] = rtol
                 record["singular_values"] = {f"{t}_{w}": singular_values(F[t]) for w, F in (("0", F0), ("I", FI))
                                              for t in ("P", "H")}
+                record["group_spectra"] = group_spectra(F0, FI, groups=cfg.rir_groups,
+                                                        group_size=cfg.rir_group_size, seed=seed)
                 folder = work / key[method].replace("/", "_")
                 folder.mkdir(parents=True, exist_ok=True)
                 np.savez(folder / "features.npz", P_0=F0["P"], H_0=F0["H"], P_I=FI["P"], H_I=FI["H"])

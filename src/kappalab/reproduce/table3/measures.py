@@ -1,0 +1,93 @@
+"""What a real-network Table 3 record keeps besides the estimates, so that an outside script can recompute them and
+see whether anything moved.
+
+* :func:`features_rtol`: the rank rule at the precision of the data the features were computed from. The trunk's
+  activations are float32 (relative rounding ``u = eps(float32) / 2``); the float64 tail cannot make its features more
+  precise than its inputs, and by Weyl's bound a singular value of ``F`` below the input rounding's norm cannot be
+  told from zero. The rule of :func:`kappalab.kappa.kappa_of_features` with that dtype's eps: ``rtol = max(N, D)
+  eps(float32)`` relative to ``s_1(F)`` (float64's eps would keep singular values 1.4e-8 below ``s_1``, inside
+  what float32 inputs can move).
+* :func:`group_spectra`: the singular values of each group's rows of the four held-out feature matrices, the groups
+  drawn exactly as :func:`kappalab.estimators.group_terms` draws them (D_H's first, then D_P's, from
+  ``default_rng(seed)``): the per-group kappas of the "groups" estimator are ``(s_1 / s_k)^2`` of these values.
+* :func:`displacement`: ``||theta_I - theta_0|| / ||theta_0||`` per trained module.
+* :class:`Checkpoints`: the three estimators' terms at chosen epochs of training (``on_epoch_end``), with the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+from torch import nn
+
+from ...estimators import estimate_all, random_groups
+
+#: the dtype of the cached trunk activations the real network's tail reads (kappalab.deep.trunk)
+INPUT_DTYPE = np.float32
+
+
+def features_rtol(n: int, d: int, dtype: Any = INPUT_DTYPE) -> float:
+    """``max(n, d) * eps(dtype)``: the rank tolerance, relative to ``s_1(F)``, of ``n x d`` features computed from
+    data of ``dtype`` (module docstring)."""
+    return max(n, d) * float(np.finfo(dtype).eps)
+
+
+def group_spectra(F0: dict[str, np.ndarray], FI: dict[str, np.ndarray], *, groups: int, group_size: int,
+                  seed: int) -> dict[str, list[list[float]]]:
+    """``{"H_0", "H_I", "P_0", "P_I"}``: per group (in draw order), the singular values (descending) of the group's
+    rows of theta_0's and theta_I's held-out features on each task (``F0["H"]``, ...)."""
+    rng = np.random.default_rng(seed)
+    rows = {"H": random_groups(F0["H"].shape[0], groups, group_size, rng)}
+    rows["P"] = random_groups(F0["P"].shape[0], groups, group_size, rng)
+    return {f"{task}_{which}": [np.linalg.svd(F[task][g], compute_uv=False).tolist() for g in rows[task]]
+            for task in ("H", "P") for which, F in (("0", F0), ("I", FI))}
+
+
+def displacement(model: nn.Module, base: nn.Module) -> dict[str, float]:
+    """``||theta_I - theta_0||_F / ||theta_0||_F`` over the parameters of each top-level child module of ``model``'s
+    ``trainable`` part (e.g. ``trainable.0``), its dummy layer and its classifier."""
+    before = dict(base.named_parameters())
+    moved: dict[str, list[float]] = {}
+    for name, p in model.named_parameters():
+        parts = name.split(".")
+        module = ".".join(parts[:2]) if parts[0] == "trainable" and len(parts) > 2 else parts[0]
+        q = before[name].detach()
+        sums = moved.setdefault(module, [0.0, 0.0])
+        sums[0] += float(((p.detach() - q) ** 2).sum())
+        sums[1] += float((q ** 2).sum())
+    return {m: (d / n) ** 0.5 if n > 0 else float("nan") for m, (d, n) in moved.items()}
+
+
+@dataclass
+class Checkpoints:
+    """``on_epoch_end`` callback of :func:`kappalab.deep.immunize`: at each epoch of ``at``, the three estimators'
+    terms on the held-out features of the model in training (``features()`` gives ``{"P", "H"}``), against
+    theta_0's ``F0``; ``entries`` holds one dict per checkpoint with its epoch and optimizer step."""
+
+    at: tuple[int, ...]
+    steps_per_epoch: int
+    features: Callable[[], dict[str, np.ndarray]]
+    F0: dict[str, np.ndarray]
+    seed: int
+    groups: int
+    group_size: int
+    rtol: float
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, epoch: int, terms: dict[str, float]) -> None:
+        if epoch not in self.at:
+            return
+        FI = self.features()
+        est = estimate_all(self.F0["P"], self.F0["H"], FI["P"], FI["H"], seed=self.seed, groups=self.groups,
+                           group_size=self.group_size, n_boot=200, n_boot_exact=0, rtol=self.rtol)
+        self.entries.append({"epoch": epoch, "step": epoch * self.steps_per_epoch, "train_terms": dict(terms),
+                             "estimates": {k: {"term_i": e.term_i, "term_ii": e.term_ii, "rir": e.rir}
+                                           for k, e in est.items()}})
+
+
+def checkpoint_epochs(epochs: int, count: int = 4) -> tuple[int, ...]:
+    """``count`` epochs spread evenly over training, the last one included (fewer when there are fewer epochs)."""
+    return tuple(sorted({max(1, round(epochs * (i + 1) / count)) for i in range(count)}))
+

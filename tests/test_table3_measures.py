@@ -1,0 +1,97 @@
+"""The measures a real-network Table 3 record keeps (kappalab.reproduce.table3.measures): the group spectra give back
+the "groups" estimator in plain NumPy, the singular values the exact one (at the stored rank tolerance), the
+displacement is the relative change of each module, the checkpoints fall where asked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+from kappalab.estimators import estimate_all  # noqa: E402
+from kappalab.reproduce.table3.measures import (checkpoint_epochs, displacement, features_rtol,  # noqa: E402
+                                                 group_spectra)
+
+N, D, GROUPS, SIZE = 240, 40, 6, 30
+
+
+def _features(seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    F0 = {t: rng.standard_normal((N, D)) @ np.diag(np.logspace(0, -2, D)) for t in ("P", "H")}
+    FI = {"P": F0["P"] + 0.01 * rng.standard_normal((N, D)),
+          "H": F0["H"] @ np.diag(np.logspace(0, -1, D))}  # D_H's weak directions weakened: RIR > 1
+    return F0, FI
+
+
+def _kappa_from_singular_values(s: list[float], rtol: float) -> float:
+    """Plain NumPy: (s_1 / s_k)^2 with s_k the smallest singular value above rtol * s_1."""
+    s = np.sort(np.asarray(s))[::-1]
+    kept = s[s > rtol * s[0]]
+    return float((kept[0] / kept[-1]) ** 2)
+
+
+def test_group_spectra_recompute_the_groups_estimator():
+    F0, FI = _features(0)
+    rtol = features_rtol(SIZE, D)
+    spectra = group_spectra(F0, FI, groups=GROUPS, group_size=SIZE, seed=3)
+    est = estimate_all(F0["P"], F0["H"], FI["P"], FI["H"], seed=3, groups=GROUPS, group_size=SIZE, n_boot=10,
+                       n_boot_exact=0, rtol=rtol)["groups"]
+    k = {key: [_kappa_from_singular_values(s, rtol) for s in groups] for key, groups in spectra.items()}
+    i_g = np.array(k["H_I"]) / np.array(k["H_0"])
+    ii_g = np.array(k["P_I"]) / np.array(k["P_0"])
+    assert len(spectra["H_0"]) == GROUPS and len(spectra["H_0"][0]) == SIZE
+    assert est.term_i == pytest.approx(i_g.mean(), rel=1e-12)
+    assert est.term_ii == pytest.approx(ii_g.mean(), rel=1e-12)
+    assert est.rir == pytest.approx((i_g / ii_g).mean(), rel=1e-12) and est.rir > 1.5
+
+
+def test_singular_values_recompute_the_exact_estimator_at_the_stored_rtol():
+    F0, FI = _features(1)
+    rtol = features_rtol(N, D)
+    est = estimate_all(F0["P"], F0["H"], FI["P"], FI["H"], seed=0, groups=GROUPS, group_size=SIZE, n_boot=10,
+                       n_boot_exact=0, rtol=rtol)["exact"]
+    sv = {f"{t}_{w}": np.linalg.svd(F[t], compute_uv=False) for w, F in (("0", F0), ("I", FI)) for t in ("P", "H")}
+    kappa = {key: _kappa_from_singular_values(s, rtol) for key, s in sv.items()}
+    assert est.term_i == pytest.approx(kappa["H_I"] / kappa["H_0"], rel=1e-12)
+    assert est.rir == pytest.approx(kappa["H_I"] / kappa["H_0"] / (kappa["P_I"] / kappa["P_0"]), rel=1e-12)
+    assert est.ci95 is None and "n_boot_exact = 0" in est.ci_note
+
+
+def test_features_rtol_is_the_input_precision_rule():
+    assert features_rtol(2560, 1280) == 2560 * float(np.finfo(np.float32).eps)
+    assert features_rtol(10, 20, np.float64) == 20 * float(np.finfo(np.float64).eps)
+
+
+def test_float32_inputs_make_a_rounding_level_singular_value_count_as_zero():
+    """Features of rank 5 computed from float32 inputs: float64's rule keeps the rounding-level singular values as
+    signal (kappa ~ 1e14 and more); the input-precision rule keeps exactly the 5 that are there."""
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((200, 5)) @ rng.standard_normal((5, 30))).astype(np.float32)
+    F = X.astype(np.float64) @ rng.standard_normal((30, 30))
+    s = np.linalg.svd(F, compute_uv=False)
+    assert np.sum(s > features_rtol(*F.shape) * s[0]) == 5
+    assert np.sum(s > features_rtol(*F.shape, np.float64) * s[0]) > 5
+
+
+def test_displacement_is_the_relative_change_per_module():
+    base = nn.Sequential()
+    base.trainable = nn.Sequential(nn.Linear(3, 3, dtype=torch.float64), nn.Linear(3, 2, dtype=torch.float64))
+    base.classifier = nn.Linear(2, 2, dtype=torch.float64)
+    import copy
+
+    model = copy.deepcopy(base)
+    with torch.no_grad():
+        model.trainable[1].weight.mul_(1.5)
+        model.trainable[1].bias.mul_(1.5)
+    got = displacement(model, base)
+    assert set(got) == {"trainable.0", "trainable.1", "classifier"}
+    assert got["trainable.0"] == 0 and got["classifier"] == 0
+    assert got["trainable.1"] == pytest.approx(0.5, rel=1e-12)
+
+
+@pytest.mark.parametrize("epochs, expected", [(1, (1,)), (3, (1, 2, 3)), (8, (2, 4, 6, 8)), (23, (6, 12, 17, 23))])
+def test_checkpoints_spread_over_training(epochs, expected):
+    assert checkpoint_epochs(epochs) == expected

@@ -95,3 +95,24 @@ def test_displacement_is_the_relative_change_per_module():
 @pytest.mark.parametrize("epochs, expected", [(1, (1,)), (3, (1, 2, 3)), (8, (2, 4, 6, 8)), (23, (6, 12, 17, 23))])
 def test_checkpoints_spread_over_training(epochs, expected):
     assert checkpoint_epochs(epochs) == expected
+
+
+def test_norm_statistics_are_re_estimated_on_the_given_inputs():
+    """After ``estimate_norm_statistics(X)`` a BatchNorm layer's running mean and (unbiased) variance are those of its
+    own inputs over X, computed here directly; the other parameters and the momentum are untouched."""
+    from kappalab.deep import ImmunizableModel
+
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 6, dtype=torch.float64)
+    bn = nn.BatchNorm1d(6, dtype=torch.float64)
+    model = ImmunizableModel(nn.Identity(), nn.Sequential(lin, bn), nn.Identity(), nn.Linear(6, 2, dtype=torch.float64),
+                             6, dummy=False)
+    X = torch.randn(96, 4, dtype=torch.float64) * 3 + 1
+    weight = lin.weight.detach().clone()
+    model.estimate_norm_statistics(X, batch_size=32)
+    with torch.no_grad():
+        Z = lin(X)
+    batches = Z.split(32)  # the cumulative average weights each batch equally
+    assert torch.allclose(bn.running_mean, torch.stack([b.mean(0) for b in batches]).mean(0), rtol=1e-12)
+    assert torch.allclose(bn.running_var, torch.stack([b.var(0) for b in batches]).mean(0), rtol=1e-12)
+    assert torch.equal(lin.weight, weight) and bn.momentum == 0.1 and model.training

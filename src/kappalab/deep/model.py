@@ -97,6 +97,26 @@ class ImmunizableModel(nn.Module):
                     module.eval()
         return self
 
+    @torch.no_grad()
+    def estimate_norm_statistics(self, X: torch.Tensor, batch_size: int = 256) -> None:
+        """Re-estimate the running statistics of ``trainable``'s BatchNorm layers on the inputs ``X`` (e.g. D_P's
+        training data): reset, then one pass in training mode with ``momentum=None`` (torch's cumulative average
+        over the batches, each weighted equally), then the layers' own momentum back. Nothing else changes."""
+        norms = [m for m in self.trainable.modules() if isinstance(m, _BatchNorm)]
+        momenta = [m.momentum for m in norms]
+        was_training = self.training
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None
+            m.train()
+        try:
+            for chunk in X.split(batch_size):
+                self.pre_features(chunk)
+        finally:
+            for m, momentum in zip(norms, momenta):
+                m.momentum = momentum
+            self.train(was_training)
+
     def extractor_parameters(self) -> Iterator[nn.Parameter]:
         """The immunized parameters theta: the trained ones of ``trainable`` (the classifier's excluded, should
         ``trainable`` reach it) and the dummy layer (weight decay 0 in Appendix C.2)."""

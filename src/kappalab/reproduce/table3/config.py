@@ -124,6 +124,9 @@ class Table3Config:
     #: the precision of the data the real network's features are computed from, for the exact estimator's rank rule
     #: ("float32": the trunk activations', kappalab.reproduce.table3.measures.features_rtol; "float64": float64's)
     features_precision: str = "float64"
+    #: theta_0's tail BatchNorm statistics: "imagenet" (the pretrained ones) or "d_p" (re-estimated on D_P's
+    #: training activations before the D_P head is fitted; kappalab.reproduce.table3.real.build_task)
+    theta0_statistics: str = "imagenet"
     # the protocol (kappalab.deep.official): "paper" (the paper's text) or "official" (the authors' code)
     protocol: str = "paper"
     transforms: str = "timm_eval"  #: image folders: "timm_eval" (every split) or "authors" (see imagefolder)
@@ -151,13 +154,15 @@ IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_ev
                                      "trunk_cut": None, "image_size": None, "per_class": None,
                                      "split_seed_real": None, "head_l2": None, "probe_target_loss": None,
                                      "probe_max_iter": None, "norm_statistics": "batch", "lambda_multiple": 1.0,
-                                     "lambda_oracle": None, "spectral_route": "dense", "features_precision": "float64"}
+                                     "lambda_oracle": None, "spectral_route": "dense", "features_precision": "float64",
+                                     "theta0_statistics": "imagenet"}
 _BLOCK = set(FIELD_NAMES) - {"protocol"}
 #: the accepted values of the fields that name a choice
 CHOICES: dict[str, tuple[str, ...]] = {
     "norm_statistics": ("batch", "frozen"),  # kappalab.deep.ImmunizableModel
     "spectral_route": ("dense", "gram"),  # kappalab.deep.methods
     "features_precision": ("float64", "float32"),  # kappalab.reproduce.table3.measures
+    "theta0_statistics": ("imagenet", "d_p"),  # kappalab.reproduce.table3.real
     "dummy_side": ("input", "output"),  # kappalab.dummy_layer
     "on_degenerate": ("raise", "warn", "ignore"),  # kappalab.spectral
     "protocol": PROTOCOLS,

@@ -4,7 +4,9 @@
 (configs ``table3_efficientnet_lite0_<harmful>.json``; D_P is the other dataset):
 
 * theta_0 = the pretrained network (:mod:`kappalab.deep.efficientnet`) with a D_P head: a 10-class linear head
-  fitted at theta_0 on the D_P training part (:func:`fit_head`, L-BFGS, the same for every seed). The trunk up to
+  fitted at theta_0 on the D_P training part (:func:`fit_head`, L-BFGS, the same for every seed). With
+  ``theta0_statistics: "d_p"`` the tail's BatchNorm running statistics are first re-estimated on D_P's training
+  activations (the paper's theta_0 was trained on its D_P; ImageNet's statistics are not D_P's), then the head fitted. The trunk up to
   ``trunk_cut`` is frozen and its activations are cached (:mod:`kappalab.deep.trunk`); the tail (the last stage,
   ``conv_head``, ``bn2`` -> 1280 pooled features, plus the dummy layer under the paper protocol) is trained by each
   method with :func:`kappalab.deep.immunize` and the objectives of :mod:`kappalab.deep.methods`.
@@ -114,10 +116,12 @@ def build_task(net: nn.Module, data: RealData, cfg: Table3Config) -> Task:
                                 side=cfg.dummy_side, norm_statistics=cfg.norm_statistics)
 
     base = fresh()
+    if cfg.theta0_statistics == "d_p":
+        base.estimate_norm_statistics(data.X["P", "train"])
     head = fit_head(extract_features(base, data.X["P", "train"]), data.y["P", "train"], cfg.head_l2)
 
     def theta0(seed: int) -> ImmunizableModel:
-        model = fresh()
+        model = copy.deepcopy(base)
         model.classifier = copy.deepcopy(head).requires_grad_(True)
         return model
 

@@ -71,7 +71,7 @@ def _calibration(task: Task, model: ImmunizableModel, cfg: Table3Config, seed: i
     norms: dict[str, list[float]] = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DegenerateSpectrumWarning)
-        for method in dict.fromkeys([*METHODS, *(m for m in cfg.methods if m in CONTROLS)]):
+        for method in METHODS + CONTROLS:
             for _, (bP, bH) in pairs:
                 for k, v in gradient_norms(model, method, bP, bH, obj, task.device).items():
                     norms.setdefault(k, []).append(v)

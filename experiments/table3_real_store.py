@@ -3,8 +3,10 @@
 Reads every ``docs/reproduction/table3/real/<direction>/<protocol>/runs.jsonl`` (written by ``kappalab reproduce
 table3 --arch efficientnet_lite0 --harmful H --protocol P --out docs/reproduction/table3/real/<direction>/<P>``),
 writes ``docs/reproduction/table3/real/tables.md`` (one table per direction and protocol, from the records alone)
-and ``docs/reproduction/table3/real/features.npz`` (theta_0's held-out features of both datasets and theta_I's of
-the runs named with ``--theta-i``, float32, compressed; read from the work folder's per-run ``features.npz``).
+and ``docs/reproduction/table3/real/features.npz`` (float64 1280 x 1280 triangular QR factors R of theta_0's held-out
+features of both datasets and of theta_I's of the runs named with ``--theta-i``, compressed, from the work folder's
+per-run ``features.npz``: they give the singular values and the exact estimator, not the group estimators, which need
+the features' rows; :func:`kappalab.reproduce.table3.real_report.write_feature_store`).
 ``--scale-test`` then runs the scale test on theta_0's float64 held-out features (D_P Fashion-MNIST, D_H MNIST:
 D_H's features x 2, and D_H's weakest half of the spectrum x 0.2, through the three estimators;
 :func:`kappalab.estimators.scale_test`) and writes ``scale_test.json``.

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...deep.methods import METHOD_LABELS, METHODS
+from ...deep.methods import CONTROLS, METHOD_LABELS, METHODS
+from .decision import decision_table
 from ...results import RunStore, format_mean_std, mean_std
 
 ESTIMATORS = ("exact", "groups", "authors")
@@ -46,7 +47,7 @@ def real_table(records: list[dict[str, Any]], title: str) -> str:
              f"Seeds {seeds}: mean ± sample std over seeds; [lo, hi]: the hull of the seeds' bootstrap 95% "
              "intervals. Terms (i) = kappa ratio theta_I / theta_0 on D_H, (ii) on D_P; RIR = (i) / (ii).", "",
              "| Method | estimator | (i) ↑ | (ii) ↓ | RIR_θ0 ↑ | 95% interval |", "|---|---|---|---|---|---|"]
-    for m in METHODS:
+    for m in CONTROLS + METHODS:
         for est in ESTIMATORS if m in by else ():
             rs = by[m]
             lines.append(f"| {METHOD_LABELS[m]} | {ESTIMATOR_LABELS[est]} | "
@@ -58,7 +59,7 @@ def real_table(records: list[dict[str, Any]], title: str) -> str:
               "agreement with theta_0 on the D_P test images (%); CPU seconds per run.", "",
               "| Method | D_P head acc. | D_P probe acc. | D_H probe iterations ↑ | ImageNet top-1 agreement | "
               "CPU-s |", "|---|---|---|---|---|---|"]
-    for m in ["init", *METHODS]:
+    for m in ["init", *CONTROLS, *METHODS]:
         rs = by.get(m)
         if not rs:
             continue
@@ -100,7 +101,7 @@ def run_and_report(call) -> int:
         print(f"kappalab reproduce table3: no records of {cfg.name} ({cfg.protocol}) in {store.path}",
               file=sys.stderr)
         return 1
-    table = real_table(records, call.title)
+    table = decision_table({call.title.replace("\n", "; "): records}) + "\n" + real_table(records, call.title)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"table_{cfg.name}_{cfg.protocol}.md").write_text(table)
     print(table)

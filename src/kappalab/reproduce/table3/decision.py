@@ -1,0 +1,97 @@
+"""Table 3's decision table: per direction and protocol, the controls' and each method's RIR under the three
+estimators, utility kept, and a verdict by a rule fixed before the runs.
+
+The rule (:data:`RULE`, printed above the table) reads the paper's group estimator (ours, pinv kappa):
+
+* **"the measure cannot be moved here"** for every method of a direction and protocol whose oracle control (the task
+  loss plus ``log kappa(H~_P) - log kappa(H~_H)``, Adam) stays below :data:`ORACLE_FLOOR` with utility kept: a verdict
+  on the methods would then say nothing;
+* **"immunizes"** when the method's interval lies above task_only's interval and above :data:`IMMUNIZES_ABOVE`, with
+  utility kept;
+* **"does not immunize here"** otherwise;
+* **"utility lost"** when D_P accuracy fell by more than :data:`UTILITY_POINTS` points on some seed.
+
+Intervals: the hull of the seeds' bootstrap 95% intervals (each over its 20 groups), n the number of seeds; the exact
+estimator has no interval (its range over seeds is shown).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...deep.methods import CONTROLS, METHOD_LABELS, METHODS
+
+ORACLE_FLOOR = 1.5
+IMMUNIZES_ABOVE = 2.0
+UTILITY_POINTS = 2.0
+RULE = (f"Verdict (group estimator, fixed before the runs): **immunizes** when a method's interval lies above "
+        f"task_only's and above {IMMUNIZES_ABOVE:g} with D_P accuracy within {UTILITY_POINTS:g} points of theta_0's on "
+        f"every seed; **the measure cannot be moved here** when the oracle control's RIR stays below "
+        f"{ORACLE_FLOOR:g}; otherwise **does not immunize here** (**utility lost** when D_P accuracy fell by more "
+        f"than {UTILITY_POINTS:g} points).")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One method's line of the decision table (over its seeds)."""
+
+    method: str
+    n: int
+    rir: dict[str, float]  #: estimator -> mean RIR over seeds
+    interval: dict[str, tuple[float, float]]  #: estimator -> hull of the seeds' intervals (exact: min-max)
+    accuracy_drop: float  #: the largest D_P head accuracy drop from theta_0 over seeds, in points
+    verdict: str = ""
+
+
+def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float]) -> Row:
+    rir, interval = {}, {}
+    for est in ("exact", "groups", "authors"):
+        values = [r["estimates"][est]["rir"] for r in records]
+        cis = [r["estimates"][est].get("ci95") or (r["estimates"][est]["rir"],) * 2 for r in records]
+        rir[est] = sum(values) / len(values)
+        interval[est] = (min(c[0] for c in cis), max(c[1] for c in cis))
+    drop = max(100 * (init_acc[r["seed"]] - r["utility"]["dp_test_acc"]) for r in records)
+    return Row(method, len(records), rir, interval, drop)
+
+
+def decide(records: list[dict[str, Any]]) -> list[Row]:
+    """The rows of one direction and protocol (controls first), each with its verdict by :data:`RULE`."""
+    init_acc = {r["seed"]: r["utility"]["dp_test_acc"] for r in records if r["method"] == "init"}
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r["method"] != "init" and r["seed"] in init_acc:
+            by.setdefault(r["method"], []).append(r)
+    rows = {m: _row(m, by[m], init_acc) for m in (*CONTROLS, *METHODS) if m in by}
+    oracle, null = rows.get("oracle"), rows.get("task_only")
+    out = []
+    for m, row in rows.items():
+        if row.accuracy_drop > UTILITY_POINTS:
+            verdict = "utility lost"
+        elif m in CONTROLS:
+            verdict = "control"
+        elif oracle is None or null is None:
+            verdict = "no verdict: a control is missing"
+        elif oracle.rir["groups"] < ORACLE_FLOOR:
+            verdict = "the measure cannot be moved here"
+        elif row.interval["groups"][0] > max(null.interval["groups"][1], IMMUNIZES_ABOVE):
+            verdict = "immunizes"
+        else:
+            verdict = "does not immunize here"
+        out.append(Row(row.method, row.n, row.rir, row.interval, row.accuracy_drop, verdict))
+    return out
+
+
+def decision_table(groups: dict[str, list[dict[str, Any]]]) -> str:
+    """Markdown: :data:`RULE`, then one line per (direction and protocol, method); ``groups`` maps a title (e.g.
+    ``"D_P Fashion-MNIST / D_H MNIST, paper protocol"``) to its records (``init`` records included)."""
+    lines = [RULE, "", "| direction, protocol | method | n | RIR exact (range) | RIR groups [interval] | "
+             "RIR authors' [interval] | D_P acc. drop (points, worst seed) | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for title, records in groups.items():
+        for row in decide(records):
+            cells = [f"{row.rir[e]:.3g} [{row.interval[e][0]:.3g}, {row.interval[e][1]:.3g}]"
+                     for e in ("exact", "groups", "authors")]
+            lines.append(f"| {title} | {METHOD_LABELS[row.method]} | {row.n} | " + " | ".join(cells)
+                         + f" | {row.accuracy_drop:.1f} | {row.verdict} |")
+    return "\n".join(lines) + "\n"

@@ -56,8 +56,27 @@ from kappalab.reproduce.table3.config import Table3Config
 METHODS = ("ours", "rill_only", "imma", "opt_kappa", "oracle", "task_only")
 
 
+#: what ``--help`` prints above the options (the module docstring is the long account; docs/reproduction/table3.md)
+HELP = """Table 3 and Figure 3 (immunizing deep nets): the paper's networks, a real pretrained network on the CPU,
+and a CPU-scale analogue. Every (seed, method) is one record with provenance in OUT/runs.jsonl; finished records
+are never redone and an interrupted training resumes from its last epoch.
+
+Modes: --proxy, a small CNN on MNIST digits (runs anywhere; --quick: a one-minute smoke run); --arch
+efficientnet_lite0 --harmful mnist|fashion-mnist, ImageNet EfficientNet-Lite0 with its trunk cached, on the CPU
+(scripts/setup_deep.sh); --arch resnet18|vit --harmful cars|country211 with --imagenet, --harmful-dir and
+--weights, the paper's setting (data, weights and a GPU); --arch resnet18|vit --smoke, that code path with random
+weights. --protocol: the paper's text or the authors' code. Methods: ours, rill_only, imma, opt_kappa, and the
+controls oracle and task_only. Details: docs/reproduction/table3.md."""
+
+EXAMPLES = """examples:
+  kappalab reproduce table3 --proxy --quick
+  kappalab reproduce table3 --proxy --protocol official --seeds 0 1
+  .venv-deep/bin/kappalab reproduce table3 --arch efficientnet_lite0 --harmful mnist --methods oracle task_only ours \\
+      --set spectral_route=gram --out results/table3_real"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="kappalab reproduce table3", description=__doc__,
+    p = Parser(prog="kappalab reproduce table3", description=HELP, epilog=EXAMPLES,
                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--proxy", action="store_true", help="the CPU-scale MNIST analogue (runs here)")
     p.add_argument("--quick", action="store_true", help="with --proxy: a < 1 min smoke run")

@@ -9,9 +9,16 @@ lambda_max``, LAPACK's own floor on a small eigenvalue (its error is absolute, `
 larger than the value's 1e-12). The rank rule (``> n eps lambda_max``) may keep a different first value where one
 sits at that threshold; the floor covers that too (both candidates lie within it). n = 784 is not here: one sweep
 of a 784 x 784 matrix is ~2e12 flops (benchmarks/test_bench_extremes.py, --large).
+
+Committed runs: the stores keep each run's H_P and H_H spectra (784 values; not theta_I, so neither H_H itself nor a
+minibatch Gram can be rebuilt). The last test takes three of them from the official full-MNIST runs of Ours (seed 0:
+the largest kappa(H_H) of the 90 pairs, 5.6e12; the median one; the smallest kappa(H_P)), thinned to 64 values
+evenly spaced in rank order (so the null part and both ends stay), rotated by a random Q.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +27,7 @@ from kappalab import batched_extremes
 from kappalab.extremes import sweep_plan
 
 EPS = np.finfo(np.float64).eps
+SPECTRA = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2" / "full90" / "official" / "spectra"
 REL = 1e-12
 
 
@@ -75,3 +83,14 @@ def test_n_100_converges_at_kappa_1e9_1e14_and_rank_deficient() -> None:
     hard = _hard(100)
     for kind in ("kappa 1e9", "kappa 1e14", "rank-deficient gram"):
         _check(hard[kind], kind)
+
+
+@pytest.mark.parametrize(("run", "matrix"), [("official.ours.0-4.s0.e30.4f12e030462e", "H_H"),
+                                             ("official.ours.4-8.s0.e30.b1e6a612a284", "H_H"),
+                                             ("official.ours.9-2.s0.e30.9c2c0ef91966", "H_P")])
+def test_committed_immunized_spectra_thinned_to_64(run: str, matrix: str) -> None:
+    spectrum = np.load(SPECTRA / f"{run}.npz")[matrix]
+    thinned = spectrum[np.linspace(0, len(spectrum) - 1, 64).round().astype(int)]
+    kept = thinned[thinned > 64 * EPS * thinned[-1]]
+    assert thinned[-1] / kept[0] > 1e9, "the thinned spectrum keeps the run's ill-conditioning (a hard case)"
+    _check(_rotated(thinned[None], 30), f"{run} {matrix}")

@@ -168,3 +168,33 @@ def test_deep_step_with_tensor_path_equals_lapack_and_reads_only_convergence_tes
         assert got.keys() == want.keys()
         for key in want:
             assert _rel(got[key], want[key]) <= RTOL, key
+
+
+# ---- the fallback: a matrix the tensor path does not converge on is LAPACK's, counted ---------------------------------
+
+@pytest.mark.parametrize("engine", ("single", "batched"))
+def test_unconverged_matrices_fall_back_to_lapack_inside_a_run(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no sweep allowed (``forced_method("tensor", sweeps=0)``) no dense matrix converges: every eigenproblem the
+    run sends to the tensor path is recomputed by LAPACK, so the run equals the LAPACK run (to the lab's 1e-10 for
+    one run computed two ways: a step's stack goes through ``eigh`` of the gathered rows instead of the whole
+    stack), and its record counts every such matrix (the batched engine: each run its own)."""
+    task, lapack, _ = _runs("ours", engine)
+    cfg = load_config("table2_official_ours").replace(epochs=2)
+    sent, real = [], extremes._jacobi_eigh
+
+    def counted(S, *args, **kwargs):
+        sent.append(S.shape[:-2])
+        return real(S, *args, **kwargs)
+
+    monkeypatch.setattr(extremes, "_jacobi_eigh", counted)
+    with forced_method("tensor", sweeps=0):
+        runs = [immunize(task, cfg, 0)] if engine == "single" else immunize_batch([task, _task(7, 3, 1)], cfg, [0, 1])
+    forced = runs[0]
+    assert forced.n_steps == lapack.n_steps == 4 and lapack.eigensolver_fallbacks == 0
+    for name in ("theta_I", "bias", "head"):
+        assert _rel(getattr(forced, name), getattr(lapack, name)) <= RTOL, name
+    for key, values in lapack.history.items():
+        assert _rel(forced.history[key], values) <= RTOL, key
+    per_run = [int(np.prod(shape[1:])) if shape else 1 for shape in sent]  # each stack's matrices of one run
+    assert sent and all(not shape or shape[0] == len(runs) for shape in sent), sent
+    assert [r.eigensolver_fallbacks for r in runs] == [sum(per_run)] * len(runs), (sent, runs)

@@ -112,16 +112,30 @@ def sweep_count(n: int, dtype_eps: float) -> int:
 @dataclass
 class FallbackCount:
     """The matrices the tensor path gave up on while :func:`count_fallbacks` is active (each recomputed by LAPACK):
-    in all, and by their index along the stack's leading axis (the stacked run, in the batched engine)."""
+    in all, and by run: ``owner`` when set (:meth:`owned_by`), else the matrix's index along its stack's leading
+    axis (the stacked run, in the batched engine's stacks; a single matrix has none and counts in ``total`` only)."""
 
     total: int = 0
     by_leading: dict[int, int] = field(default_factory=dict)
+    owner: int | None = None
 
     def add(self, flat: list[int], lead: tuple[int, ...]) -> None:
         self.total += len(flat)
+        if self.owner is None and not lead:
+            return
         per = math.prod(lead[1:])
         for i in flat:
-            self.by_leading[i // per] = self.by_leading.get(i // per, 0) + 1
+            key = self.owner if self.owner is not None else i // per
+            self.by_leading[key] = self.by_leading.get(key, 0) + 1
+
+    @contextlib.contextmanager
+    def owned_by(self, run: int | None) -> Iterator[None]:
+        """Inside the block, count every fallback for ``run`` (None: by leading index again)."""
+        previous, self.owner = self.owner, run
+        try:
+            yield
+        finally:
+            self.owner = previous
 
     def of(self, leading: int | None) -> int:
         """The count of leading index ``leading`` (None: all)."""

@@ -33,7 +33,9 @@ def table(report: dict[str, Any]) -> list[str]:
                   f"products {step['gflop']:.1f} GFLOP at {step['gflops']:.1f} GFLOP/s = "
                   f"**{step['fraction_of_gemm']:.3f} of the float64 GEMM rate** ({step['gemm_gflops']:.0f} GFLOP/s "
                   f"measured in the same process); the 1080-run full-MNIST sweep at this per-run step time (2,730 "
-                  f"steps a run): **{step['sweep_1080_s_from_step'] / 60:.1f} min** (extrapolated, not run)."]
+                  f"steps a run): **{step['sweep_1080_s_from_step'] / 60:.1f} min** (extrapolated, not run)."
+                  + (" Dry run: toy sizes on the CPU, these numbers exercise the code path and measure nothing."
+                     if report["dry_run"] else "")]
     return lines
 
 

@@ -34,8 +34,8 @@ gives the whole ascending spectrum (and the eigenvectors) with the same flag. Tw
     cap of ``SWEEP_CAP * sweep_count`` (:func:`sweep_plan`). No sweep count from a bound holds for every spectrum:
     after the linear first phase (about ``log2 n`` sweeps) the off-diagonal norm squares each sweep only once it is
     below the gaps, and the gaps of a graded spectrum are small in absolute terms, so the sweeps needed grow with
-    kappa (measured, n = 64, 16 matrices each, :func:`sweep_count` = 12: kappa 1e2: 7-8, 1e6: 11-13, 1e9: 13-15,
-    1e12: 15-18, 1e14: 15-17; n = 100, 13: 1e9: 15-17, 1e12: 17-20; n = 16, 10: at most 10). The test (after
+    kappa (benchmarks/test_bench_extremes.py -k graded, docs/benchmarks/extremes_graded_cpu.json: n = 64, first
+    test after 12: kappa 1e2 and 1e6 12 sweeps, 1e9 15, 1e12 and 1e14 17; n = 100: kappa 1e9 16). The test (after
     :func:`_decouple`'s steps on a copy; the sweeps go on from the state before them) requires every eigenpair
     above ``n * eps * lambda_max`` to have the residual ``||A e_i - d_i e_i|| <= OFF_TOL * n * eps * ||A||_F`` (its
     eigenvalue is then within that of one of S's, its vector within that over the gap); the matrices that fail it

@@ -18,6 +18,7 @@ evenly spaced in rank order (so the null part and both ends stay), rotated by a 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,10 @@ from kappalab import batched_extremes
 from kappalab.extremes import sweep_plan
 
 EPS = np.finfo(np.float64).eps
+#: NumPy always; torch on the device too where KAPPALAB_TEST_DEVICE names CUDA (scripts/gpu_check.sh's stage 2: on the
+#: CPU the torch path is the same arithmetic as NumPy's, slower)
+DEVICE = os.environ.get("KAPPALAB_TEST_DEVICE", "cpu")
+BACKENDS = ("numpy",) + ((DEVICE,) if DEVICE.startswith("cuda") else ())
 SPECTRA = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2" / "full90" / "official" / "spectra"
 REL = 1e-12
 
@@ -60,8 +65,20 @@ def _hard(n: int) -> dict[str, np.ndarray]:
 
 
 def _check(S: np.ndarray, kind: str) -> None:
-    e = batched_extremes(S, method="tensor")
-    assert e.converged.all(), f"{kind}: not converged within (first, cap) = {sweep_plan(S.shape[-1], EPS, None)}"
+    for backend in BACKENDS:
+        _check_on(S, kind, backend)
+
+
+def _check_on(S: np.ndarray, kind: str, backend: str) -> None:
+    if backend == "numpy":
+        e = batched_extremes(S, method="tensor")
+    else:
+        import torch
+
+        e = batched_extremes(torch.as_tensor(S, device=backend), method="tensor")
+        e = type(e)(*(None if x is None else x.cpu().numpy() for x in e))
+    assert e.converged.all(), f"{kind} ({backend}): not converged within (first, cap) = " \
+        f"{sweep_plan(S.shape[-1], EPS, None)}"
     lam = np.linalg.eigvalsh(S)
     n, top = S.shape[-1], lam[..., -1]
     first = np.argmax(lam > n * EPS * top[..., None], -1)

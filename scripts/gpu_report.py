@@ -22,8 +22,8 @@ def table(report: dict[str, Any]) -> list[str]:
     """The run's line and its stages' table (name, outcome, seconds, budget)."""
     kind = "dry run (toy sizes, CPU)" if report["dry_run"] else f"device {report['device']}"
     lines = [f"`scripts/gpu_check.sh` {kind} on {report['machine']}, torch {report['torch']}, commit "
-             f"{report['commit']}, {report['date']}: {report.get('elapsed_s', '?')} s of a {report['total_budget_s']:.0f} s "
-             f"budget; overall status {report.get('status', 'unfinished')}.", "",
+             f"{report['commit']}, {report['date']}: {report.get('elapsed_s', '?')} s of a "
+             f"{report['total_budget_s']:.0f} s budget; overall status {report.get('status', 'unfinished')}.", "",
              "| stage | result | seconds | budget (s) |", "|---|---|---|---|"]
     lines += [f"| {s['name']} | {s['outcome']} | {s['seconds']} | {s['budget_s']:.0f} |" for s in report["stages"]]
     step = next((s.get("result") for s in report["stages"] if s["name"] == "official step"), None)

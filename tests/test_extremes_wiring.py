@@ -170,7 +170,7 @@ def test_deep_step_with_tensor_path_equals_lapack_and_reads_only_convergence_tes
             assert _rel(got[key], want[key]) <= RTOL, key
 
 
-# ---- the fallback: a matrix the tensor path does not converge on is LAPACK's, counted ---------------------------------
+# ---- the fallback: a matrix the tensor path does not converge on is LAPACK's, counted ------------------------------
 
 @pytest.mark.parametrize("engine", ("single", "batched"))
 def test_unconverged_matrices_fall_back_to_lapack_inside_a_run(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -257,7 +257,7 @@ class Training:
 
     def eigensolver_fallbacks(self, run: int | None = None) -> int:
         """Matrices of stacked run ``run`` (None: of all) that the tensor path gave up on (LAPACK's instead)."""
-        return self.fallbacks.total if run is None else self.fallbacks.by_leading.get(run, 0)
+        return self.fallbacks.of(run)
 
     def log(self, run: int | None = None) -> RunLog:
         """The :class:`RunLog` that holds stacked run ``run``'s epochs."""

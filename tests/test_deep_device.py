@@ -100,6 +100,17 @@ def reads_per_step(model, method: str, shape, classes, obj: ObjectiveConfig) -> 
     return {k: (per_epoch[1][k] - per_epoch[0][k]) / 2 for k in keys if per_epoch[1][k] != per_epoch[0][k]}
 
 
+def _outside_convergence_tests(reads: dict[str, float]) -> dict[str, float]:
+    """``reads`` without the tensor eigensolver's convergence test (``extremes.py``: one read, and so one CUDA
+    synchronisation, per eigenproblem by design where the tensor path runs, i.e. on CUDA;
+    tests/test_extremes_wiring.py counts them exactly with the tensor path forced on the CPU)."""
+    designed = reads.get("extremes.py", 0)
+    out = {k: v for k, v in reads.items() if k != "extremes.py"}
+    if "cuda-sync" in out:
+        out["cuda-sync"] -= designed
+    return {k: v for k, v in out.items() if v}
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_training_step_reads_nothing_back(method: str) -> None:
     """The loop, objectives and model read nothing back per step; with ``host_checks=False`` (and the dummy
@@ -113,7 +124,7 @@ def test_training_step_reads_nothing_back(method: str) -> None:
     else:
         assert default == {}, default
     model.dummy.check = False
-    assert reads_per_step(model, method, shape, classes, _objective(False)) == {}
+    assert _outside_convergence_tests(reads_per_step(model, method, shape, classes, _objective(False))) == {}
 
 
 @NEEDS_TIMM
@@ -129,7 +140,8 @@ def test_timm_training_step_reads_nothing_back(arch: str) -> None:
                                 img_size=None if arch == "resnet18" else 32)
     shape = (3, 64, 64) if arch == "resnet18" else (3, 32, 32)
     for method in METHODS:
-        assert reads_per_step(model, method, shape, (1000, 2), _objective(False)) == {}, method
+        assert _outside_convergence_tests(reads_per_step(model, method, shape, (1000, 2), _objective(False))) == {}, \
+            method
 
 
 # ----------------------------------------------------------------------------------------- data parallel, gloo

@@ -11,11 +11,13 @@ for both solvers, C = 10).
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
-from kappalab import batched_extremes
-from kappalab.extremes import batched_eigh, forced_method, resolve_method, sweep_count
+from kappalab import batched_extremes, extremes
+from kappalab.extremes import batched_eigh, count_fallbacks, forced_method, resolve_method, sweep_count
 
 torch = pytest.importorskip("torch")
 
@@ -135,22 +137,29 @@ def test_scales_2_to_the_plus_minus_500(power: int, backend: str) -> None:
     np.testing.assert_allclose(_np(scaled.smallest), ref.smallest, rtol=REL, atol=0)
 
 
-def test_non_convergence_is_flagged_and_never_used() -> None:
-    """One sweep cannot diagonalize a 20 x 20 Gram stack: every matrix is flagged and its fields are NaN."""
+def test_non_convergence_is_flagged_and_recomputed_by_lapack() -> None:
+    """One sweep cannot diagonalize a 20 x 20 Gram stack: every matrix is flagged, counted, and its values and vectors
+    are LAPACK's (numpy's eigh of the same matrices, bit for bit), never NaN."""
     S = _stack("gram-tall")
-    e = batched_extremes(S, method="tensor", sweeps=1)
-    assert not e.converged.any()
-    assert np.isnan(e.largest).all() and np.isnan(e.smallest).all() and np.isnan(e.largest_vector).all()
+    with count_fallbacks() as count:
+        e = batched_extremes(S, method="tensor", sweeps=1)
+    ref = batched_extremes(S, method="lapack")
+    assert not e.converged.any() and count.total == 4 and count.by_leading == {0: 1, 1: 1, 2: 1, 3: 1}
+    for name in ("largest", "smallest", "largest_vector", "smallest_vector"):
+        np.testing.assert_array_equal(getattr(e, name), getattr(ref, name), err_msg=name)
     ok = batched_extremes(S, method="tensor")
     assert ok.converged.all() and sweep_count(20, EPS) == 11
 
 
-def test_mixed_stack_flags_only_the_unconverged_matrix() -> None:
-    """A diagonal matrix converges in zero sweeps, a dense one does not: the flag is per matrix."""
+def test_mixed_stack_recomputes_only_the_unconverged_matrix() -> None:
+    """A diagonal matrix converges in zero sweeps, a dense one does not: the flag, the count and LAPACK's values are
+    per matrix."""
     S = np.stack([np.diag(np.arange(1.0, 21.0)), _stack("gram-tall")[0]])
-    e = batched_extremes(S, method="tensor", sweeps=0)
-    assert e.converged.tolist() == [True, False]
-    assert e.largest[0] == 20.0 and e.smallest[0] == 1.0 and np.isnan(e.largest[1])
+    with count_fallbacks() as count:
+        e = batched_extremes(S, method="tensor", sweeps=0)
+    assert e.converged.tolist() == [True, False] and count.total == 1 and count.by_leading == {1: 1}
+    assert e.largest[0] == 20.0 and e.smallest[0] == 1.0
+    assert e.largest[1] == np.linalg.eigh(S[1])[0][-1]  # eigh: the fallback of a call that asks for vectors
 
 
 def test_zero_matrix_keeps_nothing() -> None:
@@ -202,34 +211,72 @@ def test_tensor_path_gradient_is_eigvalshs() -> None:
     assert torch.linalg.matrix_norm(got - S.grad).max() <= 1e-12 * torch.linalg.matrix_norm(S.grad).max()
 
 
-def test_tensor_path_reads_nothing_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No eigen solver and no host read (item, cpu, tolist, numpy, bool) on the tensor path."""
-    S = torch.as_tensor(_stack("gram-wide"))
-
+def forbid_host_reads(m: pytest.MonkeyPatch, reads: list[str]) -> None:
+    """Inside ``m``: every torch eigen solver and host read of a tensor (item, cpu, tolist, numpy, bool, float, int)
+    raises, except the tensor path's convergence test (:func:`kappalab.extremes.read_unconverged`, called directly),
+    whose reads are appended to ``reads``."""
     def forbidden(*args, **kwargs):
-        raise AssertionError("host read or eigen solver on the tensor path")
+        raise AssertionError("host read or eigen solver outside the tensor path's convergence test")
+
+    def guarded(original):
+        def read(self, *args, **kwargs):
+            if sys._getframe(1).f_code is not extremes.read_unconverged.__code__:
+                forbidden()
+            reads.append(original.__name__)
+            return original(self, *args, **kwargs)
+        return read
 
     for name in ("eigh", "eigvalsh", "eig", "eigvals", "svd", "svdvals"):
-        monkeypatch.setattr(torch.linalg, name, forbidden)
-    for name in ("item", "cpu", "tolist", "numpy", "__bool__"):
-        monkeypatch.setattr(torch.Tensor, name, forbidden)
-    e = batched_extremes(S, method="tensor")
-    monkeypatch.undo()
-    assert e.converged.all()
+        m.setattr(torch.linalg, name, forbidden)
+    for name in ("item", "cpu", "tolist", "numpy", "__bool__", "__float__", "__int__"):
+        m.setattr(torch.Tensor, name, guarded(getattr(torch.Tensor, name)))
 
 
-def test_tensor_path_does_not_synchronize_cuda() -> None:
-    """On CUDA, torch's own detector (``set_sync_debug_mode("error")``) raises on any synchronizing call; the first
+def test_tensor_path_reads_only_its_convergence_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No eigen solver, and one host read (the convergence test's flags) when every matrix converges by the first
+    test; a stack that needs more sweeps reads once per test, at most ``1 + cap - first`` times."""
+    S = torch.as_tensor(_stack("gram-wide"))
+    reads: list[str] = []
+    with monkeypatch.context() as m:
+        forbid_host_reads(m, reads)
+        e = batched_extremes(S, method="tensor")
+    assert e.converged.all() and reads == ["tolist"]
+    hard = torch.as_tensor(_from_spectra(np.logspace(-12, 0, 64)[None], 4))  # kappa 1e12: needs 15-18 sweeps
+    first, cap = extremes.sweep_plan(64, EPS, None)
+    reads.clear()
+    with monkeypatch.context() as m:
+        forbid_host_reads(m, reads)
+        e = batched_extremes(hard, method="tensor")
+    took = first + len(reads) - 1  # one test after the first sweeps, then one after each further sweep
+    assert e.converged.all() and first < took <= cap, (first, took, cap)
+    assert not batched_extremes(hard, method="tensor", sweeps=took - 1).converged.any()
+    assert batched_extremes(hard, method="tensor", sweeps=took).converged.all()
+
+
+def test_tensor_path_synchronizes_cuda_only_in_its_convergence_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA, torch's own detector (``set_sync_debug_mode("error")``) raises on any synchronizing call outside the
+    convergence test (which reads the flags back once when every matrix converges by the first test); the first
     call of a size copies the round-robin indices to the device once (outside the checked call)."""
     S = _backend("torch-cuda", _stack("gram-tall"))
     batched_extremes(S, method="tensor")  # warm: the index arrays reach the device
+    real, reads = extremes.read_unconverged, []
+
+    def read(converged):
+        torch.cuda.set_sync_debug_mode("default")
+        try:
+            reads.append(1)
+            return real(converged)
+        finally:
+            torch.cuda.set_sync_debug_mode("error")
+
+    monkeypatch.setattr(extremes, "read_unconverged", read)
     torch.cuda.set_sync_debug_mode("error")
     try:
         e = batched_extremes(S, method="tensor")
         e_auto = batched_extremes(S)  # "auto" on CUDA is the tensor path
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert e.converged.all() and torch.equal(e.largest, e_auto.largest)
+    assert e.converged.all() and torch.equal(e.largest, e_auto.largest) and len(reads) == 2
 
 
 def test_rank_deficient_gram_converges_in_the_fixed_sweeps() -> None:

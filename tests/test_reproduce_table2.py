@@ -96,6 +96,7 @@ def test_quick_end_to_end_resumes_and_reports(tmp_path: Path) -> None:
     label = "MNIST subset (500/digit), 4x4 average-pooled to 7x7 (D = 49)"
     for r in records:
         assert r["provenance"]["data_label"] == label and r["result"]["data_label"] == label
+        assert r["result"]["eigensolver_fallbacks"] == 0  # LAPACK on the CPU: nothing to fall back from
         spectra = dict(np.load(tmp_path / r["result"]["spectra_file"]))
         assert set(spectra) == set(table2.SPECTRA)
         again = table2.rir_from_spectra(spectra)

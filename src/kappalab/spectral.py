@@ -150,7 +150,7 @@ def svd_extremes(S: Array, *, rtol: float | None = None, check: bool = True, xp:
 
 def _eigh_dense(A: Array, xp: ModuleType) -> tuple[Array, Array]:
     """All eigenpairs of the symmetric ``A``, ascending: :func:`kappalab.extremes.batched_eigh` (NumPy's or torch's
-    dense ``eigh`` on the CPU, bit for bit; the tensor-op Jacobi on CUDA, NaN where it did not converge)."""
+    dense ``eigh`` on the CPU, bit for bit; the tensor-op Jacobi on CUDA, LAPACK's where it did not converge)."""
     lam, V, _ = batched_eigh(A, xp=xp)
     return lam, V
 

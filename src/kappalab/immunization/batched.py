@@ -207,6 +207,7 @@ def immunize_batch(tasks: Sequence[LinearTask], cfg: MethodConfig, seeds: Sequen
                             history=t.history(r), wall_time_s=t.wall_time_s / len(seeds), n_steps=t.log(r).n_steps,
                             degenerate_count=t.degenerate, method=cfg.method, protocol=cfg.protocol,
                             seed=int(seeds[r]), device=str(device),
+                            eigensolver_fallbacks=t.eigensolver_fallbacks(r),
                             notes=[f"batched engine: {len(seeds)} runs in one batch; wall_time_s = batch time / "
                                    f"{len(seeds)}"])
             for r in range(len(seeds))]

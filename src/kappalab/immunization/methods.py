@@ -30,6 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kappalab.errors import DegenerateSpectrumWarning
+from kappalab.extremes import FallbackCount, count_fallbacks
 
 from . import official_step
 from .config import MethodConfig
@@ -52,6 +53,8 @@ class ImmunizationRun:
             (every ``monitor_every``-th and the last), and per epoch each term's last value.
         wall_time_s: training time.
         n_steps: optimizer steps taken.
+        eigensolver_fallbacks: matrices the tensor-op eigensolver did not converge on, recomputed by LAPACK
+            (:mod:`kappalab.extremes`; 0 wherever LAPACK runs anyway: the CPU).
         degenerate_count: steps on which the core flagged a non-unique extreme eigenvalue (gradient taken with
             whichever eigenvector the solver returned; paper protocol only).
         method, protocol, seed: what was run.
@@ -69,6 +72,7 @@ class ImmunizationRun:
     seed: int
     device: str = "cpu"
     notes: list[str] = field(default_factory=list)
+    eigensolver_fallbacks: int = 0
 
 
 def _eq11_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list[Term]:
@@ -242,12 +246,18 @@ class RunLog:
 @dataclass
 class Training:
     """What :func:`train` returns: the :class:`RunLog` of every run (key None: of all runs together), the steps
-    taken, steps with a degenerate-spectrum warning, wall time."""
+    taken, steps with a degenerate-spectrum warning, wall time, and the eigensolver's LAPACK fallbacks (steps and
+    monitored kappas; :meth:`eigensolver_fallbacks`)."""
 
     logs: dict[int | None, RunLog]
     n_steps: int
     degenerate: int
     wall_time_s: float
+    fallbacks: FallbackCount = field(default_factory=FallbackCount)
+
+    def eigensolver_fallbacks(self, run: int | None = None) -> int:
+        """Matrices of stacked run ``run`` (None: of all) that the tensor path gave up on (LAPACK's instead)."""
+        return self.fallbacks.of(run)
 
     def log(self, run: int | None = None) -> RunLog:
         """The :class:`RunLog` that holds stacked run ``run``'s epochs."""
@@ -286,7 +296,9 @@ def train(proto: Protocol, p: Params, cfg: MethodConfig, schedule: Schedule, des
     :func:`kappalab.immunization.data_parallel.train`: Adam (``adam_betas``, ``adam_eps``, ``adam_fused``) over
     ``p``, the steps of ``schedule``, each step's gradients set by ``gradients`` (default :func:`plain_gradients`);
     at each epoch end, each term's value, and the whole-task kappa every ``monitor_every``-th epoch and at the
-    last. Steps on which the core warned of a degenerate spectrum are counted.
+    last. Steps on which the core warned of a degenerate spectrum are counted, and so are the matrices the
+    tensor-op eigensolver recomputed by LAPACK (a step's by the leading run axis of its stacks, a monitored kappa's
+    for its run).
 
     ``observer(step, params)``, when given, is called before the first step (step 0) and after every optimizer
     step (step = steps taken so far) with the live parameters (read them detached, never modify them)."""
@@ -294,10 +306,19 @@ def train(proto: Protocol, p: Params, cfg: MethodConfig, schedule: Schedule, des
     opt = torch.optim.Adam(p.all(), lr=cfg.eta, betas=cfg.extra.adam_betas, eps=cfg.extra.adam_eps,
                            **({"fused": True} if cfg.extra.adam_fused else {}))
     logs: dict[int | None, RunLog] = {}
-    n_steps = degenerate = 0
     start = time.perf_counter()
     if observer is not None:
         observer(0, p)
+    with count_fallbacks() as fallbacks:
+        n_steps, degenerate = _steps(p, cfg, schedule, desc, progress, observer, gradients, opt, logs, fallbacks)
+    return Training(logs, n_steps, degenerate, time.perf_counter() - start, fallbacks)
+
+
+def _steps(p: Params, cfg: MethodConfig, schedule: Schedule, desc: str, progress: bool,
+           observer: Callable[[int, Params], None] | None, gradients: Gradients, opt: torch.optim.Optimizer,
+           logs: dict[int | None, RunLog], fallbacks: FallbackCount) -> tuple[int, int]:
+    """:func:`train`'s loop: every step of ``schedule``, the epoch ends into ``logs``; ``(steps, degenerate)``."""
+    n_steps = degenerate = 0
     for batch, ends in tqdm(schedule.steps(), desc=desc, disable=not progress, leave=False):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DegenerateSpectrumWarning)
@@ -313,10 +334,11 @@ def train(proto: Protocol, p: Params, cfg: MethodConfig, schedule: Schedule, des
             for term in terms:
                 log.term_log.setdefault(term.name, []).append(term.value.detach())
             if end.epoch % cfg.extra.monitor_every == 0 or end.epoch == cfg.epochs:
-                log.kappas.append(schedule.monitor(p, end.run))
+                with fallbacks.owned_by(end.run):
+                    log.kappas.append(schedule.monitor(p, end.run))
                 log.monitored.append(end.epoch)
             log.n_steps = n_steps
-    return Training(logs, n_steps, degenerate, time.perf_counter() - start)
+    return n_steps, degenerate
 
 
 def run_of(p: Params, t: Training, cfg: MethodConfig, seed: int, device: str, notes: list[str] | None = None
@@ -326,7 +348,7 @@ def run_of(p: Params, t: Training, cfg: MethodConfig, seed: int, device: str, no
     return ImmunizationRun(theta_I=to_np(p.theta), bias=to_np(p.bias), head=to_np(p.w_P), history=t.history(),
                            wall_time_s=t.wall_time_s, n_steps=t.n_steps, degenerate_count=t.degenerate,
                            method=cfg.method, protocol=cfg.protocol, seed=int(seed), device=str(device),
-                           notes=list(notes or []))
+                           notes=list(notes or []), eigensolver_fallbacks=t.eigensolver_fallbacks())
 
 
 def immunize(task: LinearTask, cfg: MethodConfig, seed: int, device: str = "cpu",

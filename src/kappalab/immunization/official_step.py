@@ -182,5 +182,5 @@ def _spectrum(proto: Protocol, Phi: torch.Tensor, top: bool):
     F = FeatureGram(Phi, copy_right_factor=False)
     if not top:
         return extremes_of_gram_spectrum(None, F, proto.shift, rank=F.dim), F.G, None
-    lam, V, _ = batched_eigh(F.G)  # an unconverged matrix gives NaN values: a non-finite loss, never used silently
+    lam, V, _ = batched_eigh(F.G)  # a matrix the tensor path did not converge on: LAPACK's eigenpairs, counted
     return extremes_of_gram_spectrum(lam, F, proto.shift, rank=F.dim), F.G, top_projector(V)

@@ -24,7 +24,7 @@ and smallest kept eigenvalue of ``S + shift I`` as above):
 Gradients flow through ``torch.linalg.eigvalsh`` (whose backward ``V diag(g) V^T`` has no eigen-gap division). Every
 eigenproblem here goes through :func:`kappalab.extremes.batched_eigh` (``method="auto"``: ``eigvalsh`` on the CPU,
 bit for bit what these functions computed before; the tensor-op Jacobi on CUDA, whose values carry the same
-gradient, and NaN for a matrix it did not converge on).
+gradient, and LAPACK's values for a matrix it did not converge on, counted).
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         "emulation": emulation(processes, task, cfg),
         "evaluation": evaluate(run, task, shift=cfg.extra.shift),
         "probing": pr, "wall_time_s": run.wall_time_s, "n_steps": run.n_steps,
-        "degenerate_count": run.degenerate_count,
+        "degenerate_count": run.degenerate_count, "eigensolver_fallbacks": run.eigensolver_fallbacks,
         "history": {k: [v[0], v[-1]] for k, v in run.history.items()},
         "files": {"theta_I": f"{runs}/theta.npy",
                   "trajectory": f"{runs}/trajectory.npz" if recorder is not None else None,

@@ -111,7 +111,8 @@ def finish(spec: RunSpec, task: LinearTask, run: ImmunizationRun, train_s: float
     result: dict[str, Any] = {
         "gram": rir_from_spectra(spectra), "rtol_sensitivity": rtol_sensitivity(spectra),
         "evaluate": evaluation, "train_s": train_s, "n_steps": run.n_steps,
-        "degenerate_count": run.degenerate_count, "spectra_file": f"spectra/{spec.key}.npz",
+        "degenerate_count": run.degenerate_count, "eigensolver_fallbacks": run.eigensolver_fallbacks,
+        "spectra_file": f"spectra/{spec.key}.npz",
         "config_source": list(cfg.source), "data_label": task.data_label,
         "spectral_route": cfg.extra.spectral_route, "spectra": SPECTRA_METHOD,
         "engine": engine, "engine_notes": list(run.notes), "history": run.history,

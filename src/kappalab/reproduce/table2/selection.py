@@ -170,7 +170,8 @@ def trajectory_run(spec: TrajectorySpec) -> dict[str, Any]:
     return {"gram": rir_from_spectra(spectra), "rtol_sensitivity": rtol_sensitivity(spectra), "files": files,
             "data": data_record(spec.dataset, spec.data_dir, splits), "train_s": train_s,
             "n_steps": run.n_steps, "steps_per_epoch": steps, "degenerate_count": run.degenerate_count,
-            "config_source": list(cfg.source), "total_s": time.perf_counter() - start}
+            "eigensolver_fallbacks": run.eigensolver_fallbacks, "config_source": list(cfg.source),
+            "total_s": time.perf_counter() - start}
 
 
 @dataclass(frozen=True)

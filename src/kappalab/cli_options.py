@@ -132,18 +132,19 @@ def command(prog: str) -> Callable[[Callable[[list[str]], int]], Callable[[Seque
         @functools.wraps(main)
         def run(argv: Sequence[str] | None = None) -> int:
             from kappalab.configs import ConfigError
-            from kappalab.results import StoreError, output_fault
+            from kappalab.atomic_io import DiskWriteError, disk_fault
+            from kappalab.results import StoreError
             from kappalab.sweep import SweepInterrupted
 
             args = list(sys.argv[1:] if argv is None else argv)
             try:
                 with _store_notices(prog):
                     return main(args)
-            except (UsageError, ConfigError, StoreError) as error:
+            except (UsageError, ConfigError, StoreError, DiskWriteError) as error:
                 print(f"{prog}: error: {error}", file=sys.stderr)
                 return 2
             except OSError as error:  # a write fault the user can fix: one line; any other is a bug (traceback)
-                fault = output_fault(error)
+                fault = disk_fault(error)
                 if fault is None:
                     raise
                 print(f"{prog}: error: {fault}", file=sys.stderr)

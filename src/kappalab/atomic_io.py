@@ -95,7 +95,10 @@ def _write(fd: int, data: memoryview) -> int:
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data).cast("B")
     while view:
-        view = view[_write(fd, view):]
+        written = _write(fd, view)
+        if written == 0:  # a regular file takes no byte more: the disk is full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
 
 
 class _FdWriter(io.RawIOBase):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ...atomic_io import save_npz, write_text
 from ...deep.methods import METHOD_LABELS, METHODS
 from ...results import RunStore, format_mean_std, mean_std
 
@@ -102,7 +103,7 @@ def run_and_report(call) -> int:
         return 1
     table = real_table(records, call.title)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"table_{cfg.name}_{cfg.protocol}.md").write_text(table)
+    write_text(out / f"table_{cfg.name}_{cfg.protocol}.md", table)
     print(table)
     return 0
 
@@ -137,5 +138,4 @@ def write_feature_store(records: list[dict[str, Any]], work: Path, out: Path, th
             if r["key"] in theta_i_runs:
                 arrays[f"{r['key']}/{tag}_I"] = triangular_factor(saved[f"{tag}_I"])
     path = out / "features.npz"
-    np.savez_compressed(path, **arrays)
-    return path
+    return save_npz(path, compressed=True, **arrays)

@@ -18,14 +18,16 @@ epoch. Drawing a figure is stubbed (``Figure.savefig`` writes a few bytes to the
 ``tight_layout`` does nothing): the figure's file still goes through the same atomic write as every other file, and
 drawing it for real would cost ~1 s per run, 2 runs per write (tests/test_atomic_io.py writes real figures). Nor
 is a file ``fsync``-ed (~0.2 s per run here): the fault is injected at the write, before the fsync, and flushing
-to the disk is not what these tests see.
+to the disk is not what these tests see. The git state of the provenance (volatile here) is read once.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,13 +85,16 @@ TABLE3 = ["reproduce", "table3", "--proxy", "--quick", "--seeds", "0", "--method
 
 @pytest.fixture(autouse=True)
 def cheaper(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Figures and progress bars are not drawn and files not fsync-ed (module docstring); every file is still
-    written, through the I/O layer."""
+    """Figures and progress bars are not drawn, files not fsync-ed and git asked once (module docstring); every file
+    is still written, through the I/O layer."""
     from matplotlib.figure import Figure
 
     monkeypatch.setattr(Figure, "savefig", lambda self, file, **options: file.write(b"a figure"))
     monkeypatch.setattr(Figure, "tight_layout", lambda self, *args, **options: None)
     monkeypatch.setattr(os, "fsync", lambda fd: None)
+    from kappalab import provenance
+
+    monkeypatch.setattr(provenance, "git_state", functools.cache(provenance.git_state))  # 2 git processes a run
     import tqdm.auto
 
     bar = tqdm.auto.tqdm  # Table 3's per-epoch bars (it has no --no-progress): not drawn
@@ -127,7 +132,7 @@ def commands(shards: list[Path], inputs: Path) -> dict[str, Command]:
                                         "--n-boot", "20", "--n-boot-exact", "20", "--json", str(out / "m.json")],
                            ("m.json",)),
         "analyze": Command(lambda out: ["analyze", "monotonicity", "--out", str(out), "--table1-seeds", "0",
-                                        "--table1-epochs", "2", "--skip-table2"], ("monotonicity.json",)),
+                                        "--table1-epochs", "1", "--skip-table2"], ("monotonicity.json",)),
         "merge": Command(lambda out: [*TABLE2, "--merge", *map(str, shards), "--out", str(out)],
                          ("runs_official.jsonl",)),
     }
@@ -151,9 +156,9 @@ class Tally:
 
 
 @pytest.mark.parametrize("name", ["table1", "table2", "table3", "measure", "analyze", "merge"])
-def test_a_full_disk_at_every_write_is_one_line_and_the_same_command_resumes(name: str, shards: list[Path],
-                                                                             tmp_path: Path) -> None:
-    command = commands(shards, tmp_path / "inputs")[name]
+def test_a_full_disk_at_every_write_is_one_line_and_the_same_command_resumes(name: str, tmp_path: Path,
+                                                                             request: pytest.FixtureRequest) -> None:
+    command = commands(request.getfixturevalue("shards") if name == "merge" else [], tmp_path / "inputs")[name]
     clean = kappalab(command.argv(tmp_path / "clean"))
     assert clean.code == 0 and clean.stderr == "", clean.stderr
     undisturbed = command.outcome(tmp_path / "clean")
@@ -180,3 +185,49 @@ def test_a_full_disk_at_every_write_is_one_line_and_the_same_command_resumes(nam
         equal += 1
     print(f"\n{name}: {Tally(len(clean.writes), one_line, lost, equal)}")
     assert lost == 0 and one_line == equal == len(clean.writes)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """``mount(size)``: a tmpfs of ``size`` bytes (rounded up to pages), unmounted at the end; the test is skipped,
+    saying why, where mounting is not permitted (not root, or no CAP_SYS_ADMIN in a container)."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def mount(size: int) -> Path:
+        folder = tmp_path / f"tmpfs{len(mounted)}"
+        folder.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_a_real_small_disk_fills_then_a_copy_resumes_on_a_free_disk(tmp_path: Path, tmpfs) -> None:
+    """Table 1 on real tmpfs disks of half the pages its undisturbed run takes on one, and of one page less: one
+    line, status 2, a valid store; then the same command over a copy of that output on a free disk ends with the
+    undisturbed run's records."""
+    command = commands([], tmp_path / "inputs")["table1"]
+    roomy = tmpfs(64 << 20)
+    assert kappalab(command.argv(roomy / "out")).code == 0
+    disk = os.statvfs(roomy)
+    used = disk.f_blocks - disk.f_bfree  # pages, as tmpfs counts them
+    undisturbed = command.outcome(roomy / "out")
+    for pages in (used // 2, used - 1):
+        small = tmpfs(pages * disk.f_frsize)
+        failed = kappalab(command.argv(small / "out"))
+        assert failed.code == 2 and failed.one_line().endswith(f": {ENOSPC}"), failed.stderr
+        print(f"\n{pages} of {used} pages: {failed.one_line()}")
+        store_lines(small / "out" / "runs_paper.jsonl")
+        copy = tmp_path / f"copy{pages}"
+        shutil.copytree(small / "out", copy)
+        assert kappalab(command.argv(copy)).code == 0
+        # the records stored on the small disk name the folder they were written to
+        assert command.outcome(copy).replace(str(small / "out"), "OUT") == undisturbed

@@ -4,7 +4,8 @@ folder, ``--config`` / ``--set``, and the wrapper that turns user errors and Ctr
 User errors exit with status 2 and ONE line on stderr naming the argument and the problem (no traceback); so do
 faults of the results on disk (a corrupt store line, a full disk at any write, a read-only or vanished output
 folder: see :mod:`kappalab.results` and :mod:`kappalab.atomic_io`), and a store's own notice (a torn last line set
-aside) is one line, not a Python warning. Ctrl-C during a sweep stops every worker and prints one line on how to resume (status 130).
+aside) is one line, not a Python warning. Ctrl-C during a sweep stops every worker and prints one line on how to
+resume (status 130).
 """
 
 from __future__ import annotations

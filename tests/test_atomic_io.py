@@ -42,8 +42,10 @@ def _csv(path: Path) -> Path:
 ARRAY = np.arange(12.0).reshape(3, 4)
 #: name -> (write to a path, read it back and check it)
 WRITERS: dict[str, tuple[Callable[[Path], object], Callable[[Path], bool]]] = {
-    "bytes.bin": (lambda p: atomic_io.write_bytes(p, b"\x00\x01" * 5000), lambda p: p.read_bytes() == b"\x00\x01" * 5000),
-    "text.md": (lambda p: atomic_io.write_text(p, "é\n" * 100), lambda p: p.read_text(encoding="utf-8") == "é\n" * 100),
+    "bytes.bin": (lambda p: atomic_io.write_bytes(p, b"\x00\x01" * 5000),
+                  lambda p: p.read_bytes() == b"\x00\x01" * 5000),
+    "text.md": (lambda p: atomic_io.write_text(p, "é\n" * 100),
+                lambda p: p.read_text(encoding="utf-8") == "é\n" * 100),
     "value.json": (lambda p: atomic_io.write_json(p, {"x": [1, 2.5]}, indent=1),
                    lambda p: json.loads(p.read_text()) == {"x": [1, 2.5]}),
     "array.npy": (lambda p: atomic_io.save_npy(p, ARRAY), lambda p: np.array_equal(np.load(p), ARRAY)),

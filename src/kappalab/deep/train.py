@@ -99,9 +99,9 @@ def immunize(model: ImmunizableModel, method: str, loader: CombinedLoader, obj: 
     """Train ``model`` in place with ``method``'s objective for ``train.epochs`` epochs of ``loader``.
 
     Returns one dict of mean terms per epoch, those of the epochs a checkpoint holds included (it keeps them), so
-    a run resumed from its checkpoint returns what an uninterrupted one does; ``degenerate_steps`` counts the steps at which the core reported a tied extreme eigenvalue of ``H~``
-    (:class:`~kappalab.errors.DegenerateSpectrumWarning` under ``on_degenerate="warn"``; collected here instead of
-    printed once per step).
+    a run resumed from its checkpoint returns what an uninterrupted one does; ``degenerate_steps`` counts the steps
+    at which the core reported a tied extreme eigenvalue of ``H~`` (:class:`~kappalab.errors.DegenerateSpectrumWarning`
+    under ``on_degenerate="warn"``; collected here instead of printed once per step).
     """
     from tqdm.auto import tqdm
 

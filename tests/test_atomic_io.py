@@ -188,3 +188,20 @@ def test_no_module_writes_a_file_except_through_the_io_layer() -> None:
              if path.name != "atomic_io.py"
              for number, line in enumerate(path.read_text().splitlines(), start=1) if raw.search(line)]
     assert found == []
+
+
+def test_a_writer_that_turns_the_disks_error_into_its_own_still_fails_as_a_full_disk(tmp_path: Path) -> None:
+    """torch.save on a real full disk raised "RuntimeError: [enforce fail at inline_container.cc:672] unexpected pos"
+    (its zip writer's own error, from the __exit__ that followed our ENOSPC): the disk's error is what is reported."""
+    def swallow(handle) -> None:
+        try:
+            handle.write(b"x" * 1000)
+        except OSError:
+            raise RuntimeError("unexpected pos 51840 vs 51768") from None
+
+    path = tmp_path / "state.pt"
+    with DiskFull(fail_at=1).installed(), pytest.raises(DiskWriteError, match=r"state\.pt: No space left on device"):
+        atomic_io._atomic(path, swallow)
+    assert not path.exists() and leftovers(tmp_path) == []
+    with pytest.raises(RuntimeError, match="a bug"):  # an error of the writer itself stays what it is
+        atomic_io._atomic(path, lambda handle: (_ for _ in ()).throw(RuntimeError("a bug")))

@@ -109,6 +109,7 @@ class _FdWriter(io.RawIOBase):
     def __init__(self, fd: int) -> None:
         super().__init__()
         self.fd = fd
+        self.error: OSError | None = None  #: the first write error, should a caller turn it into its own
 
     def release(self) -> None:
         """Close the fd (once) and this object."""
@@ -129,7 +130,11 @@ class _FdWriter(io.RawIOBase):
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        _write_all(self.fd, view)
+        try:
+            _write_all(self.fd, view)
+        except OSError as error:
+            self.error = self.error or error
+            raise
         return len(view)
 
 
@@ -165,6 +170,12 @@ def atomic_open(path: PathLike, mode: str = "wb", newline: str | None = None) ->
             raw.release()
             os.replace(temporary, target)
             _sync_folder(target.parent)
+    except Exception as error:
+        # a writer that caught the disk's error and raised its own (torch.save: "unexpected pos ...") failed by it
+        fault = disk_fault(raw.error, target) if raw is not None and raw.error is not None else None
+        if fault is None or isinstance(error, DiskWriteError):
+            raise
+        raise fault from None
     finally:
         if raw is not None:
             raw.release()

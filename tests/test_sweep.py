@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kappalab.results import RunStore, StoreWriteError
+from kappalab.atomic_io import DiskWriteError
+from kappalab.results import RunStore
 from kappalab.sweep import Job, SweepError, run_batched_sweep, run_sweep
 
 WORKERS_SOURCE = textwrap.dedent('''
@@ -163,10 +164,10 @@ def test_a_second_sweep_on_one_store_is_refused(tmp_path: Path, workers_module) 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_full_disk_in_a_worker_is_one_line_naming_its_file(tmp_path: Path, workers_module, workers: int) -> None:
-    """A worker's OSError(ENOSPC) is the user's to fix: StoreWriteError, one line naming the file (no worker
+    """A worker's OSError(ENOSPC) is the user's to fix: DiskWriteError, one line naming the file (no worker
     traceback, unlike SweepError); the runs stored before are kept and the next call resumes."""
     store, full = RunStore(tmp_path / "runs.jsonl"), str(tmp_path / "runs" / "j2.npy")
-    with pytest.raises(StoreWriteError) as caught:
+    with pytest.raises(DiskWriteError) as caught:
         run_sweep(make_jobs(4, tmp_path / "log1", full_disk=full), workers_module.square, store, workers=workers,
                   progress=False)
     message = str(caught.value)
@@ -184,6 +185,6 @@ def test_a_full_disk_in_a_batched_runner_is_one_line(tmp_path: Path) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "spectra/j1.npz")
 
     store = RunStore(tmp_path / "runs.jsonl")
-    with pytest.raises(StoreWriteError, match=r"^spectra/j1\.npz: No space left on device"):
+    with pytest.raises(DiskWriteError, match=r"^spectra/j1\.npz: No space left on device"):
         run_batched_sweep([Job("j0"), Job("j1")], runner, store, progress=False)
     assert store.done_keys() == {"j0"}

@@ -2,9 +2,10 @@
 folder, ``--config`` / ``--set``, and the wrapper that turns user errors and Ctrl-C into one line.
 
 User errors exit with status 2 and ONE line on stderr naming the argument and the problem (no traceback); so do
-faults of the results on disk (a corrupt store line, a full disk, a read-only or vanished output folder: see
-:mod:`kappalab.results`), and a store's own notice (a torn last line set aside) is one line, not a Python warning.
-Ctrl-C during a sweep stops every worker and prints one line on how to resume (status 130).
+faults of the results on disk (a corrupt store line, a full disk at any write, a read-only or vanished output
+folder: see :mod:`kappalab.results` and :mod:`kappalab.atomic_io`), and a store's own notice (a torn last line set
+aside) is one line, not a Python warning. Ctrl-C during a sweep stops every worker and prints one line on how to
+resume (status 130).
 """
 
 from __future__ import annotations
@@ -132,18 +133,19 @@ def command(prog: str) -> Callable[[Callable[[list[str]], int]], Callable[[Seque
         @functools.wraps(main)
         def run(argv: Sequence[str] | None = None) -> int:
             from kappalab.configs import ConfigError
-            from kappalab.results import StoreError, output_fault
+            from kappalab.atomic_io import DiskWriteError, disk_fault
+            from kappalab.results import StoreError
             from kappalab.sweep import SweepInterrupted
 
             args = list(sys.argv[1:] if argv is None else argv)
             try:
                 with _store_notices(prog):
                     return main(args)
-            except (UsageError, ConfigError, StoreError) as error:
+            except (UsageError, ConfigError, StoreError, DiskWriteError) as error:
                 print(f"{prog}: error: {error}", file=sys.stderr)
                 return 2
             except OSError as error:  # a write fault the user can fix: one line; any other is a bug (traceback)
-                fault = output_fault(error)
+                fault = disk_fault(error)
                 if fault is None:
                     raise
                 print(f"{prog}: error: {fault}", file=sys.stderr)

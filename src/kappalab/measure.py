@@ -21,7 +21,6 @@ unreadable file, mismatched shapes, NaN/Inf, fewer samples than D or than the gr
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from kappalab.atomic_io import write_json
 from kappalab.cli_options import Parser, UsageError, command, positive_int, seed as seed_type
 from kappalab.data.fetch import digest_of
 from kappalab.estimators import EXACT_BOOT_BUDGET, Estimate, estimate_all
@@ -205,7 +205,7 @@ def main(argv: list[str]) -> int:
                   "warnings": warnings, "form": form, "inputs": inputs,
                   "provenance": provenance(args.seed, settings, data_label=f"kappalab measure ({form})")}
         try:
-            json_path.write_text(json.dumps(to_jsonable(record), indent=1) + "\n")
+            write_json(json_path, to_jsonable(record), indent=1)
         except OSError as error:
             raise UsageError(f"--json: cannot write {json_path} ({error.strerror})") from None
         print(f"wrote {json_path}")

@@ -3,9 +3,10 @@
 A :class:`RunStore` is a JSON-lines file: one record (a JSON object with a non-empty string ``"key"`` naming the
 run) per line. Faults are answered so that nothing stored is lost and a rerun resumes:
 
-* **Each append is whole or absent.** The line (with its newline) goes out with ``os.write`` and ``os.fsync`` under
-  the store's lock; if a write fails (a full disk, a folder made read-only or removed), the file is cut back to its
-  length before the append and :class:`StoreWriteError` says in one line what to do.
+* **Each append is whole or absent.** The line (with its newline) goes out under the store's lock with
+  :func:`kappalab.atomic_io.append_whole` (``os.write`` and ``os.fsync``); if a write fails (a full disk, a folder
+  made read-only or removed), the file is cut back to its length before the append and
+  :class:`~kappalab.atomic_io.DiskWriteError` says in one line what to do.
 * **A torn last line** (no trailing newline: a write killed mid-way) is not a record. The first reader that can take
   the lock (so no write is in flight) moves it to a backup file ``<store>.torn-<UTC time>`` and cuts it off, with one
   :class:`StoreNotice`; its run is redone. A reader that cannot take the lock (another run is writing, or the folder
@@ -14,11 +15,11 @@ run) per line. Faults are answered so that nothing stored is lost and a rerun re
   and the line. :meth:`RunStore.repair` (``kappalab repair-store FILE``) moves every such line to a backup file
   ``<store>.rejected-<UTC time>`` and rewrites the store atomically (temporary file, fsync, rename); their runs are
   then redone.
-* **A store or folder that vanishes during a run** is a :class:`StoreWriteError` too, never a new store started
-  silently without the runs it held.
+* **A store or folder that vanishes during a run** is a :class:`~kappalab.atomic_io.DiskWriteError` too, never a
+  new store started silently without the runs it held.
 
-Every fault is a :class:`StoreError` whose message names the file and what to do; the CLI prints it as one line and
-exits with status 2 (:func:`kappalab.cli_options.command`).
+Every fault is a :class:`StoreError` or a :class:`~kappalab.atomic_io.DiskWriteError` whose message names the file
+and what to do; the CLI prints it as one line and exits with status 2 (:func:`kappalab.cli_options.command`).
 
 Non-finite floats are written as the tokens ``NaN`` / ``Infinity`` that Python's ``json``
 module reads back (strict JSON parsers reject them).
@@ -32,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import errno
 import json
 import math
 import os
@@ -44,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from kappalab.atomic_io import DiskWriteError, append_whole, atomic_open, disk_fault, save_npz, write_bytes, \
+    write_text
 
 KEY_FIELD = "key"
 
@@ -94,53 +97,22 @@ class StoreCorruptError(StoreError, ValueError):
         self.path, self.line = path, line
 
 
-class StoreWriteError(StoreError):
-    """Writing a store or an output file failed (a full disk, a read-only or vanished folder); what was stored
-    before is kept."""
-
-
 class StoreNotice(UserWarning):
     """A store was set right on its own (a torn last line moved to a backup); the CLI shows it as one line."""
 
 
-#: errno of a write fault the user can fix -> what to do
-_ADVICE = {
-    errno.ENOSPC: "free some disk space",
-    errno.EDQUOT: "free some space (disk quota exceeded)",
-    errno.EFBIG: "free some space or choose another --out (file too large)",
-    errno.EROFS: "make the folder writable or choose another --out",
-    errno.EACCES: "make the folder writable or choose another --out",
-    errno.EPERM: "make the folder writable or choose another --out",
-}
-_RESUME = "then run the same command again: it resumes after the runs already stored"
-
-
-def _vanished(path: Path) -> StoreWriteError:
-    return StoreWriteError(f"{path}: the store or its folder vanished during the run (moved or deleted?); put it back "
-                           "and run the same command again to resume, or rerun with another --out")
-
-
-def output_fault(error: BaseException, path: str | os.PathLike[str] | None = None) -> StoreWriteError | None:
-    """The one-line :class:`StoreWriteError` for an OSError the user can fix (:data:`_ADVICE`), else None."""
-    if not isinstance(error, OSError) or error.errno not in _ADVICE:
-        return None
-    where = path if path is not None else error.filename if error.filename is not None else "an output file"
-    return StoreWriteError(f"{where}: {error.strerror or error}; {_ADVICE[error.errno]}; {_RESUME}")
+def _vanished(path: Path) -> DiskWriteError:
+    return DiskWriteError(path, "the store or its folder vanished during the run (moved or deleted?); put it back "
+                          "and run the same command again to resume, or rerun with another --out")
 
 
 def _backup(path: Path, kind: str, data: bytes) -> Path:
-    """Write ``data`` to a new ``<path>.<kind>-<UTC time>[.N]`` (fsync-ed) and return its path."""
+    """Write ``data`` to a new ``<path>.<kind>-<UTC time>[.N]`` (atomically) and return its path."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target, n = path.with_name(f"{path.name}.{kind}-{stamp}"), 1
     while target.exists():
         target, n = path.with_name(f"{path.name}.{kind}-{stamp}.{n}"), n + 1
-    try:
-        with open(target, "xb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except OSError as error:
-        raise (output_fault(error, target) or error) from None
+    write_bytes(target, data)
     return target
 
 
@@ -207,7 +179,7 @@ class RunStore:
         not (another run is writing, or the folder is read-only or full) it is left alone and skipped."""
         records, torn = self._read()
         if torn:
-            with contextlib.suppress(StoreBusyError, StoreWriteError):
+            with contextlib.suppress(StoreBusyError, DiskWriteError):
                 self._cut_torn()
         return records
 
@@ -223,7 +195,7 @@ class RunStore:
                     handle.truncate(handle.seek(0, os.SEEK_END) - len(tail))
                     os.fsync(handle.fileno())
             except OSError as error:
-                raise (output_fault(error, self.path) or error) from None
+                raise (disk_fault(error, self.path) or error) from None
         warnings.warn(f"{self.path}: moved a torn last line ({len(tail)} bytes, an interrupted write) to "
                       f"{backup.name}; its run is redone", StoreNotice, stacklevel=3)
 
@@ -238,7 +210,7 @@ class RunStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle = open(self.path.with_name(self.path.name + ".lock"), "a")
         except OSError as error:
-            raise (output_fault(error, self.path.parent) or error) from None
+            raise (disk_fault(error, self.path.parent) or error) from None
         with handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -264,7 +236,7 @@ class RunStore:
         """Write one record as one line, whole or not at all (module docstring), under the lock.
 
         Raises ValueError if the record has no string ``"key"`` or the key is already stored, and
-        :class:`StoreWriteError` (the file as before the call) if the write fails.
+        :class:`~kappalab.atomic_io.DiskWriteError` (the file as before the call) if the write fails.
         """
         key = record.get(KEY_FIELD)
         if not isinstance(key, str) or not key:
@@ -279,27 +251,11 @@ class RunStore:
             self._write(line)
 
     def _write(self, line: bytes) -> None:
-        """Append ``line`` with os.write + fsync; on a failure cut the file back to its length before."""
+        """Append ``line`` whole or not at all (:func:`~kappalab.atomic_io.append_whole`)."""
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            append_whole(self.path, line)
         except FileNotFoundError:  # the folder made by lock() is gone
             raise _vanished(self.path) from None
-        except OSError as error:
-            raise (output_fault(error, self.path) or error) from None
-        try:
-            start = os.fstat(fd).st_size
-            try:
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            except OSError as error:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, start)
-                    os.fsync(fd)
-                raise (output_fault(error, self.path) or error) from None
-        finally:
-            os.close(fd)
         self._seen = True
 
     def repair(self) -> Repair:
@@ -314,21 +270,7 @@ class RunStore:
             if not bad:
                 return Repair(len(good), (), None)
             backup = _backup(self.path, "rejected", b"".join(line + b"\n" for _, line in bad))
-            temporary = self.path.with_name(self.path.name + ".tmp")
-            try:
-                with open(temporary, "wb") as handle:
-                    handle.write(b"".join(line + b"\n" for line in good))
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(temporary, self.path)
-                directory = os.open(self.path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(directory)
-                finally:
-                    os.close(directory)
-            except OSError as error:
-                temporary.unlink(missing_ok=True)
-                raise (output_fault(error, self.path) or error) from None
+            write_bytes(self.path, b"".join(line + b"\n" for line in good))
             return Repair(len(good), tuple(number for number, _ in bad), backup)
 
 
@@ -342,11 +284,7 @@ def save_array(directory: str | os.PathLike[str], name: str, array: np.ndarray) 
     """
     if not _NAME.match(name):
         raise ValueError(f"name must match {_NAME.pattern} (no path separators), got {name!r}")
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.npz"
-    np.savez_compressed(path, **{name: np.asarray(array)})
-    return path
+    return save_npz(Path(directory) / f"{name}.npz", compressed=True, **{name: np.asarray(array)})
 
 
 # ---- the one aggregation rule and the one writer ---------------------------------------------------------------
@@ -376,17 +314,15 @@ def write_report(out: str | os.PathLike[str], stem: str, summary: Mapping[str, A
     """Write ``OUT/<stem>.json`` (``summary``), ``.md`` (``markdown``) and ``.csv`` (``rows``, one header from the
     first row, an optional ``# comment`` line first); returns the paths written."""
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
     paths = []
     if summary is not None:
-        paths.append(folder / f"{stem}.json")
-        paths[-1].write_text(json.dumps(to_jsonable(summary), indent=1, sort_keys=True) + "\n")
+        paths.append(write_text(folder / f"{stem}.json", json.dumps(to_jsonable(summary), indent=1, sort_keys=True)
+                                + "\n"))
     if markdown is not None:
-        paths.append(folder / f"{stem}.md")
-        paths[-1].write_text(markdown)
+        paths.append(write_text(folder / f"{stem}.md", markdown))
     if rows:
         paths.append(folder / f"{stem}.csv")
-        with open(paths[-1], "w", newline="") as handle:
+        with atomic_open(paths[-1], "w", newline="") as handle:
             if csv_comment:
                 handle.write(f"# {csv_comment}\n")
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))

@@ -25,9 +25,10 @@ parts, so that any scheduler (a job array, one process per device) runs each par
 
 A worker that raises stops the sweep: the pool is terminated, the records of the jobs that finished before are
 kept, and :class:`SweepError` names the failing key; fixing the cause and running again resumes. A worker's write
-fault the user can fix (a full disk, a read-only or vanished folder: :func:`kappalab.results.output_fault`) stops it
-with that one-line :class:`~kappalab.results.StoreWriteError` instead, as does a failed append to the store (which
-leaves the store as it was before that append). Large arrays belong in files the worker writes itself (e.g.
+fault the user can fix (a full disk, a read-only or vanished folder: :func:`kappalab.atomic_io.disk_fault`) stops it
+with that one-line :class:`~kappalab.atomic_io.DiskWriteError` instead (carried from a pool worker to the parent as
+it is, without a traceback), as does a failed append to the store (which leaves the store as it was before that
+append). Large arrays belong in files the worker writes itself through :mod:`kappalab.atomic_io` (e.g.
 :func:`kappalab.results.save_array` under a folder named in the spec) BEFORE it returns; a file without a record
 is simply rewritten when the job reruns.
 """
@@ -47,7 +48,8 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from kappalab.results import RunStore, StoreError, StoreWriteError, output_fault, to_jsonable
+from kappalab.atomic_io import DiskWriteError, disk_fault
+from kappalab.results import RunStore, StoreError, to_jsonable
 
 
 class Spec(Protocol):
@@ -199,7 +201,7 @@ class Progress:
             self.bar.close()
 
 
-#: (key, ok, result or (message, traceback, one-line write fault or None), seconds, pid)
+#: (key, ok, result or (message, traceback, DiskWriteError or None), seconds, pid)
 Outcome = tuple[str, bool, Any, float, int]
 
 
@@ -212,8 +214,7 @@ def _call(worker: Worker, job: Job) -> Outcome:
             raise TypeError(f"worker must return a dict, got {type(result).__name__}")
         return job.key, True, to_jsonable(result), time.perf_counter() - start, os.getpid()
     except Exception as error:  # noqa: BLE001 - reported to the parent with its traceback
-        fault = output_fault(error)
-        return job.key, False, (f"{type(error).__name__}: {error}", traceback.format_exc(), fault and str(fault)), \
+        return job.key, False, (f"{type(error).__name__}: {error}", traceback.format_exc(), disk_fault(error)), \
             time.perf_counter() - start, os.getpid()
 
 
@@ -271,7 +272,7 @@ def _run_locked(jobs: Sequence[Job], store: RunStore, progress: bool, desc: str,
         key, ok, payload, seconds, pid = outcome
         if not ok:
             if payload[2] is not None:
-                raise StoreWriteError(payload[2])
+                raise payload[2]
             raise SweepError(key, payload[0], payload[1])
         job = by_key[key]
         entry = {"key": key, "params": job.record(), "result": payload, "wall_time_s": seconds, "pid": pid}
@@ -333,10 +334,10 @@ def run_batched_sweep(jobs: Sequence[Job], runner: BatchRunner, store: RunStore 
                 record((pending[index].key, True, payload, now - last, os.getpid()))
                 stored.add(index)
                 last = now
-        except StoreError:  # the store's own fault (an append that failed), already one line
+        except (StoreError, DiskWriteError):  # already one line (the store's own fault, a disk fault)
             raise
         except Exception as error:  # noqa: BLE001 - named by the first job not stored, with its traceback
-            fault = output_fault(error)
+            fault = disk_fault(error)
             if fault is not None:
                 raise fault from None
             first = next((i for i in range(len(pending)) if i not in stored), len(pending) - 1)

@@ -16,6 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from kappalab.cli_options import command
+
 DEFAULT_OUT = Path("results") / "analyze"
 
 
@@ -76,6 +78,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+@command("kappalab analyze")  # a disk fault while writing the outputs: one line, status 2
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:

@@ -35,6 +35,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from kappalab.alignment import best_rir, eigensystem, eigenspace_angles, weighted_alignment, whitening_theta
+from kappalab.atomic_io import atomic_open, save_figure, write_text
 from kappalab.errors import DegenerateSpectrumError
 
 from .stats import BOOTSTRAP_REPS, CONFIDENCE, spearman_bootstrap
@@ -226,7 +227,7 @@ def within_digit(rows: list[dict[str, Any]], x: np.ndarray, y: np.ndarray, keep:
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as handle:
+    with atomic_open(path, "w", newline="") as handle:
         w = csv.DictWriter(handle, fieldnames=keys)
         w.writeheader()
         for r in rows:
@@ -261,7 +262,7 @@ def figures(out: Path, hp: list[dict[str, Any]], mn: list[dict[str, Any]], label
         fig.suptitle(f"{LABELS[method]}: achieved RIR vs alignment (best RIR over all theta is infinite for every "
                      "pair)", fontsize=10)
         name = f"alignment_{method}.png"
-        fig.savefig(out / name, dpi=110)
+        save_figure(fig, out / name, dpi=110)
         plt.close(fig)
         names.append(name)
     return names
@@ -329,8 +330,8 @@ def run(out: Path, root: Path, seed: int, command: str) -> dict[str, Any]:
             "stores": {**{f"table1_{k}": str(v) for k, v in TABLE1_STORES.items()}, "table2": str(TABLE2_STORE)}}
     names = figures(out, hp, mn, label)
     write_csv(out / "alignment_pairs.csv", hp + mn)
-    (out / "alignment.md").write_text(markdown(hp, mn, corr, label, meta))
+    write_text(out / "alignment.md", markdown(hp, mn, corr, label, meta))
     record = {"meta": meta, "house_prices": hp, "mnist": mn, "correlations": corr, "figures": names,
               "provenance": provenance(seed, meta, data_label=f"House Prices; {label}")}
-    (out / "alignment.json").write_text(json.dumps(to_jsonable(record), indent=1))
+    write_text(out / "alignment.json", json.dumps(to_jsonable(record), indent=1))
     return record

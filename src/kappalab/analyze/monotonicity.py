@@ -41,6 +41,7 @@ import numpy as np
 
 from kappalab import condition_number, grad_theta_r_ill, grad_theta_r_well, step_bound_theta_ill, step_bound_theta_well
 from kappalab.alignment import range_basis
+from kappalab.atomic_io import atomic_open, save_figure, write_text
 from kappalab.errors import KappalabError
 from kappalab.linear import hessian, hessian_extremes
 from kappalab.regularizers import ill_denominator
@@ -319,7 +320,7 @@ def figure(out: Path, rows: list[dict[str, Any]]) -> str:
         ax.set_title(f"{table}: step size vs kappa move")
         ax.legend(fontsize=7)
     name = "monotonicity.png"
-    fig.savefig(out / name, dpi=110)
+    save_figure(fig, out / name, dpi=110)
     plt.close(fig)
     return name
 
@@ -332,7 +333,7 @@ def run(out: Path, args, command: str) -> dict[str, Any]:
     start = time.perf_counter()
     rows, runs = run_sample(args)
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    with (out / "monotonicity_steps.csv").open("w", newline="") as handle:
+    with atomic_open(out / "monotonicity_steps.csv", "w", newline="") as handle:
         w = csv.DictWriter(handle, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
@@ -361,8 +362,8 @@ def run(out: Path, args, command: str) -> dict[str, Any]:
                 label = f"{r['table']}, {w}: {why}"
                 reasons[label] = reasons.get(label, 0) + 1
     lines += [f"- {k}: {v} steps" for k, v in sorted(reasons.items())]
-    (out / "monotonicity.md").write_text("\n".join(lines) + "\n")
+    write_text(out / "monotonicity.md", "\n".join(lines) + "\n")
     record = {"meta": meta, "runs": runs, "excluded": excluded, "figure": name,
               "provenance": provenance(None, meta, data_label="; ".join(sorted({r["data_label"] for r in runs})))}
-    (out / "monotonicity.json").write_text(json.dumps(to_jsonable(record), indent=1))
+    write_text(out / "monotonicity.json", json.dumps(to_jsonable(record), indent=1))
     return {"n_steps": len(rows), **record}

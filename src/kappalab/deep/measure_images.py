@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..atomic_io import save_npy
 from ..data.fetch import digest_of
 from ..reproduce.identity import sha256_arrays
 from .imagefolder import image_transform
@@ -79,7 +80,7 @@ def extract_all(model: str, weights0: str, weightsI: str, p_images: str, h_image
         folder = Path(save).expanduser()
         folder.mkdir(parents=True, exist_ok=True)
         for name, array in out.items():
-            np.save(folder / f"{name}.npy", array)
+            save_npy(folder / f"{name}.npy", array)
     inputs = {"model": model, "weights0": {"path": str(weights0), "sha256": digest_of(Path(weights0))},
               "weightsI": {"path": str(weightsI), "sha256": digest_of(Path(weightsI))},
               "p_images": {"folder": str(p_images), "files": len(files["p"])},

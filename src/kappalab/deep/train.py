@@ -29,6 +29,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from ..atomic_io import torch_save
 from ..errors import DegenerateSpectrumWarning
 from .loader import CombinedLoader
 from .methods import ObjectiveConfig, objective_terms, weighted_loss
@@ -95,22 +96,16 @@ def allreduce_gradients(params: list[nn.Parameter]) -> None:
             p.grad /= size
 
 
-def _save(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
 def immunize(model: ImmunizableModel, method: str, loader: CombinedLoader, obj: ObjectiveConfig,
              train: TrainConfig, *, device: str | torch.device = "cpu", checkpoint: str | Path | None = None,
              on_epoch_end: Callable[[int, dict[str, float]], None] | None = None,
              progress: bool = True) -> list[dict[str, float]]:
     """Train ``model`` in place with ``method``'s objective for ``train.epochs`` epochs of ``loader``.
 
-    Returns one dict of mean terms per epoch run in this call (empty when the checkpoint is already finished);
-    ``degenerate_steps`` counts the steps at which the core reported a tied extreme eigenvalue of ``H~``
-    (:class:`~kappalab.errors.DegenerateSpectrumWarning` under ``on_degenerate="warn"``; collected here instead of
-    printed once per step).
+    Returns one dict of mean terms per epoch, those of the epochs a checkpoint holds included (it keeps them), so
+    a run resumed from its checkpoint returns what an uninterrupted one does; ``degenerate_steps`` counts the steps
+    at which the core reported a tied extreme eigenvalue of ``H~`` (:class:`~kappalab.errors.DegenerateSpectrumWarning`
+    under ``on_degenerate="warn"``; collected here instead of printed once per step).
     """
     from tqdm.auto import tqdm
 
@@ -124,8 +119,10 @@ def immunize(model: ImmunizableModel, method: str, loader: CombinedLoader, obj: 
         opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
         start = int(state["epoch"])
+        history = list(state.get("history", []))  # a checkpoint without it: its epochs are not returned
+    else:
+        history = []
     rank, _ = world()
-    history = []
     model.train()
     for epoch in range(start, train.epochs):
         sums: dict[str, torch.Tensor] = {}  # on the device: no host copy in the hot loop
@@ -147,8 +144,8 @@ def immunize(model: ImmunizableModel, method: str, loader: CombinedLoader, obj: 
         history.append(means)
         if path is not None and rank == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _save(path, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1,
-                         "rng": torch.get_rng_state(), "method": method})
+            torch_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1,
+                        "rng": torch.get_rng_state(), "method": method, "history": history}, path)
         if on_epoch_end is not None:
             on_epoch_end(epoch + 1, means)
     return history

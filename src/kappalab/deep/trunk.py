@@ -15,9 +15,9 @@ the tail that immunization trains (Table 3's real-network rows, :mod:`kappalab.r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as nnf
 from torch import nn
 
-from ..data.fetch import cache_dir, digest_of
+from ..atomic_io import save_npy, write_json
+from ..data.fetch import cache_dir, cached, digest_of
 
 PREPROCESS_VERSION = 1
 """Bumped whenever :func:`preprocess` changes (part of the cache key)."""
@@ -75,7 +76,7 @@ def cached_trunk(net: nn.Module, weights_sha256: str, images: np.ndarray, cut: s
                  cache: Path | None = None, batch: int = 64) -> tuple[np.ndarray, dict[str, Any]]:
     """The trunk's float32 activations of ``images`` (uint8, (N, 28, 28)) and the cache entry's metadata,
     computed on the CPU and cached on first use. The array's own sha256 is in the metadata and is checked on
-    every later read (a corrupt entry raises, naming the file to delete)."""
+    every later read; an entry that fails the check (a torn or truncated file, torn metadata) is recomputed."""
     from .efficientnet import data_config
 
     images = np.ascontiguousarray(images, dtype=np.uint8)
@@ -83,12 +84,11 @@ def cached_trunk(net: nn.Module, weights_sha256: str, images: np.ndarray, cut: s
     key = cache_key(weights_sha256, images_sha, cut, size)
     root = (cache if cache is not None else cache_dir()) / "table3-real" / "trunk"
     path, meta_path = root / f"{key}.npy", root / f"{key}.json"
-    if path.is_file() and meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
-        if digest_of(path) != meta["array_sha256"]:
-            raise ValueError(f"cached trunk activations {path} do not match their recorded sha256: delete "
-                             f"{path} and {meta_path} to recompute them")
-        return np.load(path), meta
+    if meta_path.is_file():
+        with contextlib.suppress(ValueError, KeyError):  # a torn metadata file: the entry is rebuilt
+            meta = json.loads(meta_path.read_text())
+            if cached(path, meta["array_sha256"]):
+                return np.load(path), meta
     conf = data_config(net)
     net = net.float().eval()
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -99,10 +99,6 @@ def cached_trunk(net: nn.Module, weights_sha256: str, images: np.ndarray, cut: s
             "preprocess": PREPROCESS_VERSION, "mean": list(conf["mean"]), "std": list(conf["std"]),
             "shape": list(array.shape), "images": int(len(images)), "cpu_s": time.process_time() - cpu0,
             "wall_s": time.perf_counter() - wall0, "torch": torch.__version__, "threads": torch.get_num_threads()}
-    root.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".part.npy")
-    np.save(partial, array)
-    os.replace(partial, path)
-    meta["array_sha256"] = digest_of(path)
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    meta["array_sha256"] = digest_of(save_npy(path, array))
+    write_json(meta_path, meta, indent=1)  # after the array: an entry without its metadata is rebuilt
     return array, meta

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch.utils.data import DistributedSampler
 
+from ..atomic_io import save_npz
 from .config import MethodConfig
 from .methods import Gradients, ImmunizationRun, Schedule, run_of, step_gradients
 from .methods import train as train_loop
@@ -185,4 +186,4 @@ def distributed_rank(rank: int, world_size: int, init_method: str, task: LinearT
         run = train(task, cfg, seed, None, allreduce_average(world_size), sampler_seed)
         if rank == 0:
             arrays = {"theta": run.theta_I, "head": run.head, "n_steps": np.array(run.n_steps)}
-            np.savez(out, **arrays, **({} if run.bias is None else {"bias": run.bias}))
+            save_npz(out, **arrays, **({} if run.bias is None else {"bias": run.bias}))

@@ -1,6 +1,8 @@
 """``kappalab verify``: run ``pytest proofs_checks`` and write verdicts.md and verdicts.json (default folder
 ``results/verify``; the committed ``docs/verdicts.*`` are rewritten only with ``--out-dir docs``).
 
+
+
 The claim checks are found (:func:`checks_dir`) in ``--checks DIR``, else next to the source tree kappalab is
 imported from (a checkout), else as the installed ``proofs_checks`` package (the wheel ships it). Without pytest
 and hypothesis ``verify`` refuses to run (status 2), and a pytest run that did not complete (interrupted,
@@ -25,6 +27,8 @@ import importlib.util
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from kappalab.atomic_io import write_json, write_text
 
 
 def load_registry() -> list[dict[str, Any]]:
@@ -146,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         rows = merge(load_registry(), ev_dir, junit_outcomes(junit))
-    (out / "verdicts.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (out / "verdicts.md").write_text(render_md(rows, args.profile))
+    write_json(out / "verdicts.json", rows, indent=2)
+    write_text(out / "verdicts.md", render_md(rows, args.profile))
     failed = code != 0 or any(r["status"] != "passed" for r in rows)
     print(f"kappalab verify: wrote {out / 'verdicts.md'}; pytest exit code {code}")
     return 1 if failed else 0

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from kappalab.atomic_io import save_npy
 from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
                                   data_errors, positive_int, seed, unique)
 from kappalab.configs import PROTOCOLS, read_overrides
@@ -152,7 +153,7 @@ def main(argv: list[str]) -> int:
         data_dir = out / "data" / data["sha256"][:12]
         data_dir.mkdir(parents=True, exist_ok=True)
         for name, arr in (("features_P", task.X_P), ("features_H", task.X_H), ("y_P", task.y_P), ("y_H", task.y_H)):
-            np.save(data_dir / f"{name}.npy", arr)
+            save_npy(data_dir / f"{name}.npy", arr)
         data_record = {**data, "rows": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}}
         run_configs = {}
         # options a one-process run does not name keep its identity (and key) what it was before --processes
@@ -190,7 +191,7 @@ def main(argv: list[str]) -> int:
         direct = probe(np.eye(task.dim), None, task, args.probe_iters, args.probe_target)  # theta = I
         direct_curves = {w: direct[w].pop("curve") for w in ("P", "H")}
         for which in ("P", "H"):
-            np.save(data_dir / f"probe_identity_{which}_{args.probe_iters}.npy", direct_curves[which])
+            save_npy(data_dir / f"probe_identity_{which}_{args.probe_iters}.npy", direct_curves[which])
         ev0 = records[0]["evaluation"]
         meta = {"protocol": args.protocol, "processes": args.processes, "seeds": list(args.seeds),
                 "methods": args.methods,

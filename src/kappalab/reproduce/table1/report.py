@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from kappalab.atomic_io import save_figure
 from kappalab.results import MEAN_STD_CONVENTION, format_mean_std, mean_std
 
 from .constants import ALL, HINTS, LABELS, PAPER_TABLE1
@@ -123,6 +124,6 @@ def figure(out: Path, records: list[dict[str, Any]], direct_curves: dict[str, np
     axes[1].legend()
     fig.tight_layout()
     for ext in ("png", "pdf"):
-        fig.savefig(out / f"figure1_{protocol}.{ext}", dpi=150)
+        save_figure(fig, out / f"figure1_{protocol}.{ext}", dpi=150)
     plt.close(fig)
 

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kappalab.atomic_io import save_npy, save_npz
+
 if TYPE_CHECKING:
     from kappalab.immunization import MethodConfig
 
@@ -126,13 +128,13 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     folder = spec.out / "runs" / spec.key
     folder.mkdir(parents=True, exist_ok=True)
     if recorder is not None:
-        np.savez_compressed(folder / "trajectory.npz", **recorder.arrays())
-    np.save(folder / "theta.npy", run.theta_I)
+        save_npz(folder / "trajectory.npz", compressed=True, **recorder.arrays())
+    save_npy(folder / "theta.npy", run.theta_I)
     if run.bias is not None:
-        np.save(folder / "bias.npy", run.bias)
+        save_npy(folder / "bias.npy", run.bias)
     pr = probe(run.theta_I, run.bias, task, spec.probe_iters, spec.probe_target)
     for which in ("P", "H"):
-        np.save(folder / f"probe_{which}.npy", pr[which].pop("curve"))
+        save_npy(folder / f"probe_{which}.npy", pr[which].pop("curve"))
     runs = f"runs/{spec.key}"
     return {
         "protocol": cfg.protocol, "method": spec.method, "seed": spec.seed, "epochs": cfg.epochs,

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from kappalab.atomic_io import save_figure
 from kappalab.immunization.selection import REPORTED, Rule, at_epoch, select
 from kappalab.immunization.task import LinearTask
 from kappalab.immunization.trajectory import direct_losses
@@ -214,7 +215,7 @@ def figure(out: Path, runs: Sequence[Mapping[str, Any]], lr: float, labels: Mapp
     fig.suptitle(f"Table 1 runs, {protocol} protocol{processes}, lr {lr:g}: RIR and (ii) on all rows per epoch")
     fig.tight_layout()
     for ext in ("png", "pdf"):
-        fig.savefig(out / f"trajectories{tag}_lr{lr:g}.{ext}", dpi=110)
+        save_figure(fig, out / f"trajectories{tag}_lr{lr:g}.{ext}", dpi=110)
     plt.close(fig)
 
 

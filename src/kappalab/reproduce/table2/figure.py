@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from kappalab.atomic_io import save_figure
+
 from .constants import METHOD_LABELS, METHODS, SUCCESS_THRESHOLD
 from .tally import pair_log_rir, success_counts
 
@@ -49,6 +51,6 @@ def figure2(rows: list[dict[str, Any]], out: Path, protocol: str, title: str) ->
     fig.suptitle(title, fontsize=9)
     paths = [out / f"figure2_{protocol}.png", out / f"figure2_{protocol}.pdf"]
     for path in paths:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+        save_figure(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return paths

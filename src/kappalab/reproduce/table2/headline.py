@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from kappalab.atomic_io import write_text
 from kappalab.results import format_mean_std
 
 from .constants import ALL_PAIRS, METHOD_LABELS, METHODS, PAPER_TABLE2, SUCCESS_THRESHOLD
@@ -112,7 +113,7 @@ def write_headline(folders: list[Path], out: Path) -> list[Headline]:
     items = [h for protocol, rows in sorted(rows_of(folders).items()) for h in headlines(rows, protocol)]
     out.mkdir(parents=True, exist_ok=True)
     sources = [str(f) for f in folders]
-    (out / "headline.json").write_text(json.dumps({"sources": sources, "rows": [h.as_dict() for h in items]},
+    write_text(out / "headline.json", json.dumps({"sources": sources, "rows": [h.as_dict() for h in items]},
                                                   indent=1, default=str) + "\n")
-    (out / "headline.md").write_text(markdown(items))
+    write_text(out / "headline.md", markdown(items))
     return items

@@ -14,22 +14,24 @@ Every record is checked before anything is written:
   duplicate is kept once, a conflicting one is refused.
 
 A refusal is one line naming the source and the run (status 2), and nothing is written. Then ``OUT`` (which must
-hold no store yet) gets the merged store (records in the plan's order, each with ``merged_from``), the spectra
+hold no store yet, or only the records of the same merge cut short, e.g. by a full disk: the merge resumes after
+them) gets the merged store (records in the plan's order, each with ``merged_from``), the spectra
 files, the Table 2 report, and ``merge_<protocol>.{json,md}`` (each source's counts).
 """
 
 from __future__ import annotations
 
+import json
 import math
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kappalab.atomic_io import copy_file
 from kappalab.cli_options import UsageError
 from kappalab.reproduce.identity import identity, run_key
-from kappalab.results import RunStore, write_report as write_files
+from kappalab.results import RunStore, to_jsonable, write_report as write_files
 from kappalab.sweep import Job
 
 from .run import run_label
@@ -113,6 +115,16 @@ def _check_complete(record: dict[str, Any], store: Path, keys: set[str], where: 
         raise UsageError(f"{where}: its spectra file {store.parent / record['result']['spectra_file']} is missing")
 
 
+def _merged(record: dict[str, Any], store: Path, out: Path) -> dict[str, Any]:
+    """A source's record as the merged store keeps it: its ``out`` this merge's, and ``merged_from`` its store."""
+    return {**record, "params": {**record["params"], "out": str(out)}, "merged_from": str(store)}
+
+
+def _line(record: dict[str, Any]) -> str:
+    """A record as its store line (NaN compares equal to itself here, unlike in a dict)."""
+    return json.dumps(to_jsonable(record), sort_keys=True)
+
+
 def merge_stores(plan: "SweepPlan", jobs: list[Job], sources: list[Path]) -> list[dict[str, Any]]:
     """Check every record of the sources' stores (module docstring), then write the merged store, its spectra and
     ``merge_<protocol>.{json,md}`` under ``plan.out``; returns the merged records in the plan's order."""
@@ -146,21 +158,24 @@ def merge_stores(plan: "SweepPlan", jobs: list[Job], sources: list[Path]) -> lis
             else:
                 chosen[key] = (record, store)
         counts.append({"source": str(source), "records": len(records), "duplicates": duplicates})
-    if RunStore(plan.store_path).records():
-        raise UsageError(f"--out: {plan.store_path} already holds runs; merge into a new folder")
-    merged = []
     target = RunStore(plan.store_path)
+    wanted = {key: _merged(record, store, plan.out) for key, (record, store) in chosen.items()}
+    done = {r["key"]: r for r in target.records()}  # a merge cut short (a full disk) resumes after them
+    foreign = next((key for key, r in done.items() if key not in wanted or _line(r) != _line(wanted[key])), None)
+    if foreign is not None:
+        raise UsageError(f"--out: {plan.store_path} already holds runs of another merge (first: {foreign}); merge "
+                         "into a new folder")
+    merged = []
     with target.lock():
         (plan.out / "spectra").mkdir(parents=True, exist_ok=True)
         for job in jobs:
-            if job.key not in chosen:
-                continue
-            record, store = chosen[job.key]
-            spectra = record["result"]["spectra_file"]
-            shutil.copyfile(store.parent / spectra, plan.out / spectra)
-            record = {**record, "params": {**record["params"], "out": str(plan.out)}, "merged_from": str(store)}
-            target.append(record)
-            merged.append(record)
+            if job.key in wanted and job.key not in done:
+                record, store = chosen[job.key]
+                spectra = record["result"]["spectra_file"]
+                copy_file(store.parent / spectra, plan.out / spectra)
+                target.append(wanted[job.key])
+            if job.key in wanted:
+                merged.append(wanted[job.key])
     summary = {"sources": counts, "merged": len(merged), "expected": len(jobs), "rel_tol": REL_TOL,
                "volatile": VOLATILE}
     lines = [f"### Merged store `{plan.store_path}`", "",

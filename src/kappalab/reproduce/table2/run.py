@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kappalab.atomic_io import save_npz
 from kappalab.extremes import eigensolver_option
 from kappalab.reproduce.identity import identity, run_key
 from kappalab.sweep import Job, limit_threads
@@ -106,7 +107,7 @@ def finish(spec: RunSpec, task: LinearTask, run: ImmunizationRun, train_s: float
                                                               spec.dataset))
     folder = spec.out / "spectra"
     folder.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(folder / f"{spec.key}.npz", **spectra)
+    save_npz(folder / f"{spec.key}.npz", compressed=True, **spectra)
     evaluation = evaluate(run, task, sensitivity=("pinv",), endpoints=False)  # only what the report reads
     result: dict[str, Any] = {
         "gram": rir_from_spectra(spectra), "rtol_sensitivity": rtol_sensitivity(spectra),

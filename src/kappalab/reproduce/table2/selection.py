@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from kappalab.atomic_io import save_npz
 from kappalab.extremes import eigensolver_option
 from kappalab.immunization.selection import REPORTED, Rule, select
 from kappalab.reproduce.identity import identity, run_key
@@ -166,7 +167,7 @@ def trajectory_run(spec: TrajectorySpec) -> dict[str, Any]:
     files = {"spectra": f"spectra/{spec.key}.npz", "trajectory": f"trajectories/{spec.key}.npz"}
     for name, arrays in (("spectra", spectra), ("trajectory", recorder.arrays())):
         (spec.out / files[name]).parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(spec.out / files[name], **arrays)
+        save_npz(spec.out / files[name], compressed=True, **arrays)
     return {"gram": rir_from_spectra(spectra), "rtol_sensitivity": rtol_sensitivity(spectra), "files": files,
             "data": data_record(spec.dataset, spec.data_dir, splits), "train_s": train_s,
             "n_steps": run.n_steps, "steps_per_epoch": steps, "degenerate_count": run.degenerate_count,

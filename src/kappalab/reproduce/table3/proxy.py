@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...atomic_io import cache_ok, torch_save, write_checked
 from ...deep import ImmunizableModel, SmallCNN, pretrain
 from ...deep.task import Task
 from .config import Table3Config
@@ -53,13 +54,12 @@ def proxy_task(cfg: Table3Config, work: Path, validation: float | None = None, d
         path = work / f"seed{seed}" / "theta0.pt"
         torch.manual_seed(seed)
         net = SmallCNN(n_P, width=cfg.width)
-        if path.exists():
+        if cache_ok(path):  # whole (its sha256 agrees); a torn or truncated one is removed and rebuilt
             net.load_state_dict(torch.load(path, weights_only=True))
         else:
             pretrain(net, loader("P", seed, cfg.pretrain_batch_size), epochs=cfg.pretrain_epochs,
                      lr=cfg.pretrain_lr)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(net.state_dict(), path)
+            write_checked(path, lambda target: torch_save(net.state_dict(), target))
         return net.split(ridge=cfg.dummy_ridge, side=cfg.dummy_side, dummy=cfg.protocol == "paper")
 
     rir = "test" if validation else "train"

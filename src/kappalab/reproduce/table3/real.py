@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...atomic_io import save_npz
 from ...deep import CombinedLoader, ImmunizableModel, accuracy, extract_features, immunize, linear_probe_curve
 from ...deep.metrics import probe_iterations_to_loss
 from ...deep.task import Task
@@ -244,7 +245,7 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
                                                         group_size=cfg.rir_group_size, seed=seed)
                 folder = work / key[method].replace("/", "_")
                 folder.mkdir(parents=True, exist_ok=True)
-                np.savez(folder / "features.npz", P_0=F0["P"], H_0=F0["H"], P_I=FI["P"], H_I=FI["H"])
+                save_npz(folder / "features.npz", P_0=F0["P"], H_0=F0["H"], P_I=FI["P"], H_I=FI["H"])
             del record["utility"]["imagenet_top1"]
             record["cpu_s"], record["wall_s"] = time.process_time() - cpu, time.perf_counter() - wall
             record["provenance"] = provenance(seed, cfg, device="cpu", dtype="float64", data_label=task.data_label)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ...atomic_io import save_npz, write_text
 from ...deep.methods import CONTROLS, METHOD_LABELS, METHODS
 from .decision import decision_table
 from ...results import RunStore, format_mean_std, mean_std
@@ -103,7 +104,7 @@ def run_and_report(call) -> int:
         return 1
     table = decision_table({call.title.replace("\n", "; "): records}) + "\n" + real_table(records, call.title)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"table_{cfg.name}_{cfg.protocol}.md").write_text(table)
+    write_text(out / f"table_{cfg.name}_{cfg.protocol}.md", table)
     print(table)
     return 0
 
@@ -138,5 +139,4 @@ def write_feature_store(records: list[dict[str, Any]], work: Path, out: Path, th
             if r["key"] in theta_i_runs:
                 arrays[f"{r['key']}/{tag}_I"] = triangular_factor(saved[f"{tag}_I"])
     path = out / "features.npz"
-    np.savez_compressed(path, **arrays)
-    return path
+    return save_npz(path, compressed=True, **arrays)

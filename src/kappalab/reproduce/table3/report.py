@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ...atomic_io import save_figure, write_text
 from ...deep import METHOD_LABELS, METHODS
 from ...results import format_mean_std, mean_std
 from .constants import LAMBDA_OF
@@ -69,7 +70,7 @@ def aggregate(records: list[dict[str, Any]], out: Path, title: str, suffix: str 
             + f", {ep.get(m, conf['epochs'])} epochs" for m in METHODS if m in by) + "."]
     table = "\n".join(lines) + "\n"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"table{suffix}.md").write_text(table)
+    write_text(out / f"table{suffix}.md", table)
     _figure(by, out, title, suffix)
     return table
 
@@ -94,5 +95,5 @@ def _figure(by: dict[str, list[dict[str, Any]]], out: Path, title: str, suffix: 
     ax.legend(fontsize=8)
     fig.tight_layout()
     for ext in ("png", "pdf"):
-        fig.savefig(out / f"figure3{suffix}.{ext}", dpi=150)
+        save_figure(fig, out / f"figure3{suffix}.{ext}", dpi=150)
     plt.close(fig)

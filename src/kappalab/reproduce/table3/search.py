@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ...atomic_io import write_json, write_text
 from ...deep import METHOD_LABELS, CombinedLoader, ImmunizableModel, accuracy, extract_features, immunize, rir_theta0
 from ...deep.task import Task
 from ...provenance import provenance
@@ -134,8 +134,8 @@ def run_search(cfg: Table3Config, out: Path, work: Path) -> dict[str, Any]:
     result = {"acc_floor": acc_floor, "theta0_val_dp_acc": head["val_dp_acc"], "scales": sc,
               "selected": selected, "wall_s_this_call": time.perf_counter() - t_start}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "search_selected.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    (out / "search.md").write_text(search_table([r for r in store.records() if r["key"] != head_key], head,
+    write_json(out / "search_selected.json", result, indent=2, sort_keys=True)
+    write_text(out / "search.md", search_table([r for r in store.records() if r["key"] != head_key], head,
                                                 acc_floor, selected))
     return result
 

@@ -4,13 +4,13 @@ A *group* is one seed (and pair) of a table: the harmful task's rows ``X_H, y_H`
 (:func:`kappalab.attack.problem.split_rows`), the immunized extractors of the four methods made with that seed, and
 three references on the same rows: ``direct`` (theta = I, Eq. 15's reference and Table 1's), ``init`` (the run's
 initial theta, what the immunization started from) and ``random`` (an independent Gaussian extractor, entries
-``N(0, 1/D)``, a null control). Each attacker runs :data:`STEPS` steps on each model; the slowdown of every model
-against each reference is taken at budgets 1, 10 and 100 (reach within 10 x 100 = :data:`STEPS`), the losses at
-1, 10, 100 and 1000 steps. A budget-1000 slowdown needs 10,000 steps per run: not run here (cost, see
+``N(0, 1/D)``, a null control). Each attacker runs ``reach_factor x max(SLOWDOWN_BUDGETS)`` = 10 x 100 steps on
+each model; the slowdown of every model against each reference is taken at :data:`SLOWDOWN_BUDGETS` (1, 10, 100),
+the losses at 1, 10, 100 and 1000 steps. A budget-1000 slowdown needs 10,000 steps per run: not run here (cost, see
 docs/attacks.md).
 
 Output (:func:`write`): ``<table>.jsonl``, one record per model x attacker (``table``, ``method``, ``attacker``,
-``seed``, ``pair``, provenance), and ``<table>_curves.npz``, each run's training-loss curve (steps 0..STEPS) under
+``seed``, ``pair``, provenance), and ``<table>_curves.npz``, each run's training-loss curve (steps 0..1000) under
 ``<model id>|<attacker>``, from which the slowdowns are recomputed (tests/test_attack_docs.py).
 """
 
@@ -32,7 +32,7 @@ from .measures import Run, attack, slowdown
 from .problem import Split
 from .registry import Model, registry, settings
 
-#: steps per run: reach within reach_factor x the largest slowdown budget
+#: the budgets the slowdowns are taken at; the runs are reach_factor x the largest long
 SLOWDOWN_BUDGETS = (1, 10, 100)
 REFERENCES = ("direct", "init", "random")
 

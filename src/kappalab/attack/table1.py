@@ -50,7 +50,8 @@ def groups(store: Path, seeds: tuple[int, ...]) -> tuple[list[Group], str]:
             theta = np.load(store / rec["result"]["files"]["theta_I"])
             specs.append(ModelSpec(method, theta, "immunized", rec["key"], rec["result"]["evaluation"]["pinv"]["rir"]))
         D = task.dim
-        specs += [ModelSpec("direct", np.eye(D), "reference"), ModelSpec("init", initial_theta(task, seed), "reference"),
+        specs += [ModelSpec("direct", np.eye(D), "reference"),
+                  ModelSpec("init", initial_theta(task, seed), "reference"),
                   ModelSpec("random", random_extractor(D, seed), "reference")]
         out.append(Group("table1", seed, None, task.X_H, task.y_H, tuple(specs)))
     return out, task.data_label

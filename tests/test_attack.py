@@ -123,3 +123,23 @@ def test_reach_rule_on_hand_made_curves() -> None:
     assert not s2.reached and s2.slowdown is None
     with pytest.raises(ValueError, match="too short"):
         slowdown(cI[:5], c0, 1, 0.0, 10)
+
+
+def test_scope_group_of_identical_extractors_has_slowdown_one() -> None:
+    """A theta_I equal to the reference (theta = I) on a kappa-1e4 task: gradient descent's loss still falls at step
+    100 by far more than the rounding slack, so theta_I first reaches the reference's step-100 loss at step 100
+    (slowdown exactly 1.0); solve reaches it at step 1 (0.01). One record per model x attacker."""
+    from kappalab.attack.scope import Group, ModelSpec, run_group
+
+    X, Y = _features(80, 6, 1e4, 6)
+    eye = np.eye(6)
+    group = Group("t", 0, None, X, Y[:, 0], (ModelSpec("ours", eye, "immunized", "key", 2.0),
+                                            ModelSpec("direct", eye, "reference")))
+    records, curves = run_group(group, ("gd", "solve"), log=lambda line: None)
+    assert len(records) == 4 and set(curves) == {r["curve"] for r in records}
+    by = {(r["method"], r["attacker"]): r for r in records}
+    c = curves[by[("ours", "gd")]["curve"]]
+    assert c[99] - c[100] > 10 * by[("ours", "gd")]["slack"]
+    assert by[("ours", "gd")]["slowdown"]["direct"]["100"]["slowdown"] == 1.0
+    assert by[("ours", "solve")]["slowdown"]["direct"]["100"]["slowdown"] == 0.01
+    assert by[("direct", "gd")]["slowdown"] == {}  # a reference is not compared with itself

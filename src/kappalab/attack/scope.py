@@ -76,16 +76,16 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
     cfg, known = settings(), registry()
     steps = cfg.reach_factor * max(SLOWDOWN_BUDGETS)
     inputs = Split.of(group.X, group.y, group.seed)
+    # one Model per extractor, so its probe attackers share one SVD (Model.factor)
+    models = {spec.id: Model(Split.of(group.X @ spec.theta, group.y, group.seed), inputs, spec.theta)
+              for spec in group.models}
     records, curves = [], {}
     for name in attackers:
         runs: dict[str, Run] = {}
-        kappas: dict[str, float] = {}
         for spec in group.models:
-            model = Model(Split.of(group.X @ spec.theta, group.y, group.seed), inputs, spec.theta)
             t0 = time.perf_counter()
-            runs[spec.id] = attack(model, known[name], group.seed, budgets=cfg.budgets, steps=steps,
+            runs[spec.id] = attack(models[spec.id], known[name], group.seed, budgets=cfg.budgets, steps=steps,
                                    batch_size=cfg.batch_size, selection_budget=cfg.selection_budget)
-            kappas[spec.id] = model.factor.kappa
             log(f"{group.model_id(spec)} {name}: {time.perf_counter() - t0:.1f} s, chose {runs[spec.id].params}")
         for spec in group.models:
             run = runs[spec.id]
@@ -95,7 +95,7 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
             records.append({
                 "table": group.table, "method": spec.method, "attacker": name, "seed": group.seed,
                 "pair": group.pair, "role": spec.role, "run_key": spec.run_key, "rir": spec.rir,
-                "changes_extractor": known[name].changes_extractor, "kappa_H_train": kappas[spec.id],
+                "changes_extractor": known[name].changes_extractor, "kappa_H_train": models[spec.id].factor.kappa,
                 "params": dict(run.params), "tuning": None if run.tuning is None else {
                     "grid": [dict(g) for g in known[name].grid], "val_losses": list(run.tuning.val_losses),
                     "selection_budget": run.tuning.selection_budget},

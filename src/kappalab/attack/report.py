@@ -74,7 +74,7 @@ def matrix(records: list[dict[str, Any]], reference: str = REFERENCE) -> dict[tu
 
 def spearman(records: list[dict[str, Any]], reference: str = REFERENCE) -> dict[str, tuple[float, float, int]]:
     """attacker -> (rho, two-sided p, n) of RIR against the capped slowdown (against ``reference``) over the
-    immunized runs; rho is NaN when every slowdown is the same (e.g. all capped)."""
+    immunized runs; rho is NaN with fewer than 3 runs or when every slowdown is the same (e.g. all capped)."""
     from scipy.stats import spearmanr
 
     out = {}
@@ -82,7 +82,7 @@ def spearman(records: list[dict[str, Any]], reference: str = REFERENCE) -> dict[
         rs = [r for r in records if r["attacker"] == attacker and r["role"] == "immunized" and r["rir"] is not None]
         rir = [r["rir"] for r in rs]
         sd = [capped(r, reference)[0] for r in rs]
-        if len(set(sd)) < 2:
+        if len(rs) < 3 or len(set(sd)) < 2:  # too few runs, or nothing to rank
             out[attacker] = (float("nan"), float("nan"), len(rs))
             continue
         res = spearmanr(rir, sd)
@@ -113,16 +113,17 @@ def markdown(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: Path, seed: int = 0) -> None:
-    """Harmful training loss minus the least-squares optimum vs steps, one panel per attacker, seed ``seed``:
-    the direct reference (theta = I) and each method's theta_I."""
+def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: Path, seed: int = 0,
+           pair: str | None = None) -> None:
+    """Harmful training loss minus the least-squares optimum vs steps, one panel per attacker, seed ``seed`` (and
+    ``pair``): the direct reference (theta = I) and each method's theta_I."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     attackers = list(dict.fromkeys(r["attacker"] for r in records))
-    rs = [r for r in records if r["seed"] == seed]
+    rs = [r for r in records if r["seed"] == seed and r["pair"] == pair]
     f_star = min(float(curves[r["curve"]].min()) for r in rs if r["attacker"] == "solve")
     cols = 5
     fig, axes = plt.subplots((len(attackers) + cols - 1) // cols, cols, figsize=(3.2 * cols, 5.6), squeeze=False)
@@ -136,7 +137,8 @@ def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: P
         ax.set(xscale="symlog", yscale="log", title=attacker, xlabel="steps")
     axes.flat[0].set_ylabel("training loss - least-squares optimum")
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{rs[0]['table']}: harmful-task loss per attacker (seed {seed}; black: theta = I)")
+    where = f"seed {seed}" + (f", pair {pair}" if pair else "")
+    fig.suptitle(f"{rs[0]['table']}: harmful-task loss per attacker ({where}; black: theta = I)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -146,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     stem = Path((argv if argv is not None else sys.argv[1:])[0])
     records, curves = load(stem)
     print(markdown(records))
-    figure(records, curves, Path(f"{stem}_figure.png"))
+    for pair in dict.fromkeys(r["pair"] for r in records):
+        figure(records, curves, Path(f"{stem}_figure{'' if pair is None else '_' + pair}.png"), pair=pair)
     return 0
 
 

@@ -9,7 +9,8 @@ prefix), so a difference would show. The official extractor has a bias: the mode
 (:func:`kappalab.immunization.task.with_ones_column`), theta = I has ``b = 0``. The harmful task is the one the
 table's probes use: digit b (+1) against the other digits except a (-1), :func:`...data.one_vs_rest`.
 
-Usage: ``python -m kappalab.attack.table2 --pairs 7-9,1-0 --out docs/attacks`` (writes ``table2.jsonl`` and
+Usage: ``python -m kappalab.attack.table2 --pairs 1-0 --attackers gd,adam,lbfgs,solve,finetune,lora_r4 --out
+docs/attacks`` (the committed sample; writes ``table2.jsonl`` and
 ``table2_curves.npz``).
 """
 

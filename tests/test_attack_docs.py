@@ -60,12 +60,17 @@ def test_the_matrices_of_attacks_md_are_the_stored_curves() -> None:
         assert checked == len(medians), (table, reference, checked, len(medians))
 
 
-@pytest.mark.parametrize("table", ["table1"])
+#: table -> (the immunized methods its records hold, how many attackers); Table 2 is a partial sample (Ours, one
+#: pair, six attackers: docs/attacks.md says why)
+SCOPE = {"table1": ({"rill_only", "imma", "opt_kappa", "ours"}, 10), "table2": ({"ours"}, 6)}
+
+
+@pytest.mark.parametrize("table", sorted(SCOPE))
 def test_every_record_names_its_table_method_attacker_seed_and_provenance(table: str) -> None:
     records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{table}.jsonl").read_text().splitlines() if x]
     attackers = {r["attacker"] for r in records}
     methods = {r["method"] for r in records if r["role"] == "immunized"}
-    assert len(attackers) >= 8 and methods == {"rill_only", "imma", "opt_kappa", "ours"}
+    assert (methods, len(attackers)) == SCOPE[table]
     for r in records:
         assert r["table"] == table and {"seed", "pair", "provenance"} <= set(r)
         assert r["provenance"]["git"]["commit"] and r["provenance"]["seed"] == r["seed"]

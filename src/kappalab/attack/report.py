@@ -135,6 +135,8 @@ def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: P
             style = {"color": "k", "lw": 2, "zorder": 3} if r["method"] == REFERENCE else {"lw": 1}
             ax.plot(np.arange(c.size), np.maximum(c - f_star, 1e-16), label=r["method"], **style)
         ax.set(xscale="symlog", yscale="log", title=attacker, xlabel="steps")
+    for ax in axes.flat[len(attackers):]:
+        ax.axis("off")
     axes.flat[0].set_ylabel("training loss - least-squares optimum")
     axes.flat[0].legend(fontsize=7)
     where = f"seed {seed}" + (f", pair {pair}" if pair else "")

@@ -1,9 +1,9 @@
 """Command line: ``kappalab verify``, ``kappalab reproduce NAME ...``, ``kappalab analyze ...``,
-``kappalab measure ...`` and ``kappalab main``.
+``kappalab measure ...``, ``kappalab attack ...`` and ``kappalab main``.
 
 Each sub-command lives in its own module with a ``main(argv) -> int`` entry point, imported only when used:
 ``verify`` -> :mod:`kappalab.verify`, ``reproduce table1|table2|table3`` -> :data:`REPRODUCIBLE`,
-``analyze`` -> ``kappalab.analyze`` (when that module is installed), ``measure`` -> :mod:`kappalab.measure`;
+``analyze`` -> ``kappalab.analyze`` (when that module is installed), ``measure`` -> :mod:`kappalab.measure`, ``attack`` -> :mod:`kappalab.attack.cli`;
 ``repair-store`` is :func:`repair_store`.
 ``--help`` works everywhere and never starts work; a usage error is one line on stderr and exit status 2.
 """
@@ -24,6 +24,8 @@ commands:
   analyze [ARGS]           analyses of stored results (see kappalab analyze --help)
   measure [ARGS]           RIR_theta0 of any model from its features (or a timm model and two image folders) by
                            three estimators: exact, ours by groups, the authors' (see kappalab measure --help)
+  attack [ARGS]            how much slower each probe attacker (gd, adam, lbfgs, solve, ...) learns the harmful
+                           task on theta_I's features than on theta_0's (see kappalab attack --help)
   main                     the README's main job: verify, then reproduce Table 1 (paper protocol) on the
                            embedded default data; outputs under results/
   repair-store FILE...     move the lines of a results store (.jsonl) that are not runs to a backup file beside
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module("kappalab.analyze").main(rest)
     if command == "measure":
         return importlib.import_module("kappalab.measure").main(rest)
+    if command == "attack":
+        return importlib.import_module("kappalab.attack.cli").main(rest)
     if command == "repair-store":
         return repair_store(rest)
     if command == "main":

@@ -75,24 +75,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_features(path: str, argument: str) -> np.ndarray:
-    """A 2-D float64 array from a ``.npy`` file, or a one-line UsageError naming ``argument``."""
+def load_array(path: str, argument: str, what: str = "an N x D matrix of features",
+               ndims: tuple[int, ...] = (2,)) -> np.ndarray:
+    """A finite real float64 array with ``ndim`` in ``ndims`` from a ``.npy`` file, or a one-line UsageError naming
+    ``argument`` (``what`` says what the file should hold)."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise UsageError(f"{argument}: {file} is not a file: pass an N x D .npy of features")
+        raise UsageError(f"{argument}: {file} is not a file: pass a .npy of {what}")
     try:
         array = np.load(file, allow_pickle=False)
     except (OSError, ValueError, EOFError) as error:
         raise UsageError(f"{argument}: cannot read {file} as a .npy array ({str(error).splitlines()[0]})") from None
-    if array.ndim != 2 or not np.issubdtype(array.dtype, np.number) or np.iscomplexobj(array):
-        raise UsageError(f"{argument}: {file} holds a {array.dtype} array of shape {array.shape}, not an N x D real "
-                         "matrix of features")
+    if array.ndim not in ndims or not np.issubdtype(array.dtype, np.number) or np.iscomplexobj(array):
+        raise UsageError(f"{argument}: {file} holds a {array.dtype} array of shape {array.shape}, not {what} (real)")
     bad = ~np.isfinite(array)
     if bad.any():
-        raise UsageError(f"{argument}: {file} holds {int(bad.sum())} NaN/Inf entries; features must be finite")
-    if not array.any():
-        raise UsageError(f"{argument}: {file} is all zeros: kappa of its H~ = F^T F is undefined")
+        raise UsageError(f"{argument}: {file} holds {int(bad.sum())} NaN/Inf entries; they must be finite")
     return array.astype(np.float64, copy=False)
+
+
+def load_features(path: str, argument: str) -> np.ndarray:
+    """A 2-D float64 array of features from a ``.npy`` file (:func:`load_array`, not all zeros), or a one-line
+    UsageError naming ``argument``."""
+    array = load_array(path, argument)
+    if not array.any():
+        file = Path(path).expanduser()
+        raise UsageError(f"{argument}: {file} is all zeros: kappa of its H~ = F^T F is undefined")
+    return array
 
 
 def check_shapes(features: dict[str, np.ndarray], group_size: int) -> None:

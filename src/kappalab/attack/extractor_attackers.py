@@ -1,0 +1,75 @@
+"""Attackers that change a linear extractor ``theta`` (``D_in x D``) while training the probe ``W`` (``D x C``).
+
+The model on D_H is ``X M W`` with ``M`` the attacked extractor; each step is one minibatch (``batch_size`` rows,
+without replacement within an epoch, order drawn from the run's seed) of the loss ``||X_b M W - Y_b||^2 / (2b)``.
+Each iterator yields the end-to-end map ``M W`` (``D_in x C``) after every step, so the harmful loss is measured on
+the inputs: ``loss(X, Y, M W)`` (:func:`kappalab.attack.problem.loss`).
+
+* ``finetune``: ``M = theta`` trained with the probe (``W_0 = 0``), by SGD or Adam.
+* ``lora``: ``M = theta + B A`` with theta frozen, ``B`` (``D_in x r``) zero and ``A`` (``r x D``) uniform in
+  ``+-1/sqrt(D)`` at the start (peft's LoRA initialisation with scaling ``alpha / r = 1``); B, A and W trained.
+
+Gradients (chain rule of the batch loss, ``R = X_b M W - Y_b``): ``dW = (X_b M)^T R / b``,
+``dM = X_b^T R W^T / b``; for LoRA ``dB = dM A^T`` and ``dA = B^T dM``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from .probe_attackers import AdamState
+
+
+class _Optimizer:
+    """Plain SGD or Adam over a list of arrays, updated in place."""
+
+    def __init__(self, name: str, lr: float, params: list[np.ndarray]) -> None:
+        if name not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {name!r}")
+        self.lr = lr
+        self.states = [AdamState.like(p) for p in params] if name == "adam" else None
+
+    def update(self, params: list[np.ndarray], grads: list[np.ndarray]) -> None:
+        for i, (p, g) in enumerate(zip(params, grads)):
+            p -= g * self.lr if self.states is None else self.states[i].step(g, self.lr)
+
+
+def _batches(n: int, batch_size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    b = min(batch_size, n)
+    while True:
+        order = rng.permutation(n)
+        for i in range(n // b):
+            yield order[i * b:(i + 1) * b]
+
+
+def batch_grads(Xb: np.ndarray, Yb: np.ndarray, M: np.ndarray, W: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """The batch loss ``||Xb M W - Yb||^2 / (2b)`` and its gradients in M and W (module docstring)."""
+    Fb = Xb @ M
+    R = Fb @ W - Yb
+    b = Xb.shape[0]
+    return float(np.sum(R * R)) / (2 * b), Xb.T @ (R @ W.T) / b, Fb.T @ R / b
+
+
+def extractor_attack(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, *, seed: int, optimizer: str, lr: float,
+                     batch_size: int, rank: int | None = None) -> Iterator[np.ndarray]:
+    """``finetune`` (``rank=None``) or ``lora`` of rank ``rank`` (module docstring); yields ``M W`` per step."""
+    rng = np.random.default_rng(seed)
+    D = theta.shape[1]
+    W = np.zeros((D, Y.shape[1]))
+    if rank is None:
+        M = theta.copy()
+        params = [M, W]
+    else:
+        if not 1 <= rank <= min(theta.shape):
+            raise ValueError(f"LoRA rank must be in 1..{min(theta.shape)}, got {rank}")
+        B = np.zeros((theta.shape[0], rank))
+        A_ = rng.uniform(-1 / np.sqrt(D), 1 / np.sqrt(D), size=(rank, D))
+        params = [B, A_, W]
+    opt = _Optimizer(optimizer, lr, params)
+    for rows in _batches(X.shape[0], batch_size, rng):
+        _, dM, dW = batch_grads(X[rows], Y[rows], M if rank is None else theta + B @ A_, W)
+        grads = [dM, dW] if rank is None else [dM @ A_.T, B.T @ dM, dW]
+        opt.update(params, grads)
+        yield (M if rank is None else theta + B @ A_) @ W

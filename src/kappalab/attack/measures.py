@@ -1,0 +1,140 @@
+"""Running an attacker on a model and the measures of issue 39: curves, losses at budgets, reach and slowdown.
+
+* :func:`tune`: every combination of the attacker's grid runs ``selection_budget`` steps on D_H's training rows; the
+  one with the lowest validation loss at that step is chosen (the attacker picks what works best for it; a diverged
+  run has loss inf and is never chosen unless all diverge; ties go to the first in grid order).
+* :func:`attack`: the chosen attacker runs ``steps`` steps; the training loss after every step (index 0 = the
+  start, ``W = 0``) is the curve, the training and test loss at each budget and the wall time are recorded.
+* :func:`first_reach` and :func:`slowdown`: the one home of the reach rule. theta_0's loss at budget B with the same
+  attacker is the target; theta_I reaches it at the first step t with ``curve_I[t] <= target + slack`` (``slack``
+  the two models' rounding bounds, :func:`kappalab.attack.problem.rounding_slack`), searched up to
+  ``reach_factor * B`` steps; ``slowdown = t / B``, ``reached`` false (slowdown None) when not within them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .problem import loss, rounding_slack
+from .registry import Attacker, Model
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The grid's validation losses at the selection budget and the chosen combination."""
+
+    chosen: Mapping[str, Any]
+    val_losses: tuple[float, ...]  #: in grid order
+    selection_budget: int
+
+
+@dataclass(frozen=True)
+class Run:
+    """One attacker's run on one model."""
+
+    attacker: str
+    params: Mapping[str, Any]
+    curve: np.ndarray  #: training loss after 0..steps steps (inf after a divergence)
+    at_budget: dict[int, dict[str, float]]  #: budget -> {"train": ..., "test": ...}
+    wall_s: float  #: seconds for the run's steps (the curve's evaluation excluded)
+    slack: float  #: rounding bound of the loss at the last finite iterate
+    tuning: Tuning | None = field(default=None)
+
+    @property
+    def steps(self) -> int:
+        return self.curve.size - 1
+
+
+def _design(model: Model, attacker: Attacker):
+    return model.inputs if attacker.changes_extractor else model.features
+
+
+def _iterate(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: int, batch_size: int, steps: int,
+             keep: set[int]):
+    """Run ``steps`` steps; returns the training-loss curve, the iterates at the steps in ``keep``, the last finite
+    iterate and the stepping time."""
+    A, Y = _design(model, attacker).train
+    curve = np.full(steps + 1, math.inf)
+    W0 = np.zeros((A.shape[1], Y.shape[1]))
+    curve[0] = loss(A, Y, W0)
+    kept, last, wall = {0: W0} if 0 in keep else {}, W0, 0.0
+    it = attacker.start(model, params, seed, batch_size)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for t in range(1, steps + 1):
+            t0 = time.perf_counter()
+            W = next(it)
+            wall += time.perf_counter() - t0
+            value = loss(A, Y, W)
+            if not math.isfinite(value):
+                break  # diverged: the rest of the curve stays inf
+            curve[t], last = value, W
+            if t in keep:
+                kept[t] = W
+    return curve, kept, last, wall
+
+
+def tune(model: Model, attacker: Attacker, seed: int, batch_size: int, selection_budget: int) -> Tuning:
+    """The attacker's choice on the validation rows (module docstring)."""
+    Av, Yv = _design(model, attacker).val
+    losses = []
+    for params in attacker.grid:
+        curve, kept, _, _ = _iterate(model, attacker, params, seed, batch_size, selection_budget, {selection_budget})
+        W = kept.get(selection_budget)
+        with np.errstate(over="ignore", invalid="ignore"):
+            value = loss(Av, Yv, W) if W is not None else math.inf
+        losses.append(value if math.isfinite(value) else math.inf)
+    best = int(np.argmin(losses))
+    return Tuning(dict(attacker.grid[best]), tuple(losses), selection_budget)
+
+
+def attack(model: Model, attacker: Attacker, seed: int, *, budgets: tuple[int, ...], steps: int, batch_size: int,
+           selection_budget: int) -> Run:
+    """Tune, then run ``steps`` steps with the choice; losses at each budget on the training and test rows."""
+    tuning = tune(model, attacker, seed, batch_size, selection_budget) if len(attacker.grid) > 1 else None
+    params = tuning.chosen if tuning is not None else dict(attacker.grid[0])
+    curve, kept, last, wall = _iterate(model, attacker, params, seed, batch_size, steps, set(budgets))
+    design = _design(model, attacker)
+    at_budget = {}
+    for b in budgets:
+        W = kept.get(b)
+        at_budget[b] = {"train": float(curve[b]) if b < curve.size else math.inf,
+                        "test": loss(*design.test, W) if W is not None else math.inf}
+    return Run(attacker.name, params, curve, at_budget, wall, rounding_slack(*design.train, last), tuning)
+
+
+def first_reach(curve: np.ndarray, target: float, slack: float, limit: int) -> int | None:
+    """The first step ``t <= limit`` with ``curve[t] <= target + slack``, or None."""
+    hit = np.flatnonzero(curve[:limit + 1] <= target + slack)
+    return int(hit[0]) if hit.size else None
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    budget: int
+    target: float  #: theta_0's training loss at the budget
+    steps: int | None  #: theta_I's steps to reach it (None: not within reach_factor x budget)
+    reached: bool
+    slowdown: float | None  #: steps / budget
+    limit: int  #: reach_factor x budget
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"budget": self.budget, "target": self.target, "steps": self.steps, "reached": self.reached,
+                "slowdown": self.slowdown, "limit": self.limit}
+
+
+def slowdown(curve_I: np.ndarray, curve_0: np.ndarray, budget: int, slack: float, reach_factor: int) -> Slowdown:
+    """theta_I's steps to theta_0's loss at ``budget`` with the same attacker, and their ratio (module docstring).
+    ``curve_I`` must hold at least ``reach_factor * budget`` steps."""
+    limit = reach_factor * budget
+    if curve_I.size <= limit or curve_0.size <= budget:
+        raise ValueError(f"curves too short for budget {budget}: need {limit + 1} and {budget + 1} points, got "
+                         f"{curve_I.size} and {curve_0.size}")
+    target = float(curve_0[budget])
+    steps = first_reach(curve_I, target, slack, limit)
+    return Slowdown(budget, target, steps, steps is not None, None if steps is None else steps / budget, limit)

@@ -1,0 +1,159 @@
+"""docs/attacks.md's numbers from the stored records alone: the method x attacker matrix of slowdowns at budget 100,
+the rank correlation of RIR with each attacker's slowdown, and the figure.
+
+Matrix cell: the slowdowns of the cell's runs (one per seed and pair) against the ``direct`` reference (theta = I,
+Table 1's RIR reference) at budget 100; a run that does not reach the target within 10 x 100 steps counts as 10, a
+lower bound (the cell then shows how many were not reached). The cell is the median over runs with a 95% percentile
+bootstrap interval of the median (:data:`N_BOOT` resamples of the runs, seed 0) and n. Spearman's rho over the
+immunized runs pairs each run's recorded RIR with its (capped) slowdown.
+
+Usage: ``python -m kappalab.attack.report docs/attacks/table1`` (prints the markdown, writes the figure beside).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BUDGET = "100"
+REFERENCE = "direct"
+N_BOOT = 2000
+
+
+def load(stem: Path) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    records = [json.loads(line) for line in Path(f"{stem}.jsonl").read_text().splitlines() if line.strip()]
+    with np.load(f"{stem}_curves.npz") as z:
+        curves = {k: z[k] for k in z.files}
+    return records, curves
+
+
+def capped(record: dict[str, Any], reference: str = REFERENCE) -> tuple[float, bool]:
+    """The run's slowdown against ``reference`` at :data:`BUDGET` (not reached: the cap, the reach factor)."""
+    s = record["slowdown"][reference][BUDGET]
+    return (s["slowdown"], True) if s["reached"] else (s["limit"] / s["budget"], False)
+
+
+@dataclass(frozen=True)
+class Cell:
+    median: float
+    low: float
+    high: float
+    n: int
+    unreached: int
+
+    def text(self) -> str:
+        mark = "≥" if self.unreached * 2 >= self.n else ""
+        miss = f", {self.unreached} not reached" if self.unreached else ""
+        return f"{mark}{self.median:.3g} [{self.low:.3g}, {self.high:.3g}] (n={self.n}{miss})"
+
+
+def cell(values: list[float], reached: list[bool]) -> Cell:
+    x = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(0)
+    boots = np.median(x[rng.integers(0, x.size, size=(N_BOOT, x.size))], axis=1)
+    low, high = np.percentile(boots, [2.5, 97.5])
+    return Cell(float(np.median(x)), float(low), float(high), x.size, reached.count(False))
+
+
+def matrix(records: list[dict[str, Any]], reference: str = REFERENCE) -> dict[tuple[str, str], Cell]:
+    groups: dict[tuple[str, str], tuple[list[float], list[bool]]] = {}
+    for r in records:
+        if reference not in r["slowdown"]:
+            continue
+        v, ok = capped(r, reference)
+        vals, oks = groups.setdefault((r["method"], r["attacker"]), ([], []))
+        vals.append(v)
+        oks.append(ok)
+    return {k: cell(*v) for k, v in groups.items()}
+
+
+def spearman(records: list[dict[str, Any]], reference: str = REFERENCE) -> dict[str, tuple[float, float, int]]:
+    """attacker -> (rho, two-sided p, n) of RIR against the capped slowdown (against ``reference``) over the
+    immunized runs; rho is NaN with fewer than 3 runs or when every slowdown is the same (e.g. all capped)."""
+    from scipy.stats import spearmanr
+
+    out = {}
+    for attacker in dict.fromkeys(r["attacker"] for r in records):
+        rs = [r for r in records if r["attacker"] == attacker and r["role"] == "immunized" and r["rir"] is not None]
+        rir = [r["rir"] for r in rs]
+        sd = [capped(r, reference)[0] for r in rs]
+        if len(rs) < 3 or len(set(sd)) < 2:  # too few runs, or nothing to rank
+            out[attacker] = (float("nan"), float("nan"), len(rs))
+            continue
+        res = spearmanr(rir, sd)
+        out[attacker] = (float(res.statistic), float(res.pvalue), len(rs))
+    return out
+
+
+def matrix_markdown(records: list[dict[str, Any]], reference: str) -> str:
+    """The method x attacker matrix against ``reference`` (a markdown table; module docstring)."""
+    m = matrix(records, reference)
+    attackers = list(dict.fromkeys(r["attacker"] for r in records))
+    methods = list(dict.fromkeys(r["method"] for r in records if r["method"] != reference))
+    lines = ["| method | " + " | ".join(attackers) + " |", "|---" * (len(attackers) + 1) + "|"]
+    for method in methods:
+        lines.append(f"| {method} | " + " | ".join(m[(method, a)].text() if (method, a) in m else "-"
+                                                  for a in attackers) + " |")
+    return "\n".join(lines)
+
+
+def markdown(records: list[dict[str, Any]]) -> str:
+    lines = [f"Against theta = I ({REFERENCE}):", "", matrix_markdown(records, REFERENCE), "",
+             "Against the run's initial extractor (init):", "", matrix_markdown(records, "init")]
+    rho = {ref: spearman(records, ref) for ref in (REFERENCE, "init")}
+    lines += ["", "| attacker | Spearman rho, RIR vs slowdown against direct (p) | ... against init (p) | n |",
+              "|---|---|---|---|"]
+    lines += [f"| {a} | {r:.3f} ({p:.3g}) | {rho['init'][a][0]:.3f} ({rho['init'][a][1]:.3g}) | {n} |"
+              for a, (r, p, n) in rho[REFERENCE].items()]
+    return "\n".join(lines)
+
+
+def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: Path, seed: int = 0,
+           pair: str | None = None) -> None:
+    """Harmful training loss minus the least-squares optimum vs steps, one panel per attacker, seed ``seed`` (and
+    ``pair``): the direct reference (theta = I) and each method's theta_I."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    attackers = list(dict.fromkeys(r["attacker"] for r in records))
+    rs = [r for r in records if r["seed"] == seed and r["pair"] == pair]
+    f_star = min(float(curves[r["curve"]].min()) for r in rs if r["attacker"] == "solve")
+    cols = 5
+    fig, axes = plt.subplots((len(attackers) + cols - 1) // cols, cols, figsize=(3.2 * cols, 5.6), squeeze=False)
+    for ax, attacker in zip(axes.flat, attackers):
+        for r in rs:
+            if r["attacker"] != attacker or r["method"] in ("init",):
+                continue
+            c = curves[r["curve"]]
+            style = {"color": "k", "lw": 2, "zorder": 3} if r["method"] == REFERENCE else {"lw": 1}
+            ax.plot(np.arange(c.size), np.maximum(c - f_star, 1e-16), label=r["method"], **style)
+        ax.set(xscale="symlog", yscale="log", title=attacker, xlabel="steps")
+    for ax in axes.flat[len(attackers):]:
+        ax.axis("off")
+    axes.flat[0].set_ylabel("training loss - least-squares optimum")
+    axes.flat[0].legend(fontsize=7)
+    where = f"seed {seed}" + (f", pair {pair}" if pair else "")
+    fig.suptitle(f"{rs[0]['table']}: harmful-task loss per attacker ({where}; black: theta = I)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    stem = Path((argv if argv is not None else sys.argv[1:])[0])
+    records, curves = load(stem)
+    print(markdown(records))
+    for pair in dict.fromkeys(r["pair"] for r in records):
+        figure(records, curves, Path(f"{stem}_figure{'' if pair is None else '_' + pair}.png"), pair=pair)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

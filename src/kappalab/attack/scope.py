@@ -1,0 +1,121 @@
+"""The scope runs of issue 39 for a linear extractor: every attacker on every model of one table, against references.
+
+A *group* is one seed (and pair) of a table: the harmful task's rows ``X_H, y_H`` split once by the seed
+(:func:`kappalab.attack.problem.split_rows`), the immunized extractors of the four methods made with that seed, and
+three references on the same rows: ``direct`` (theta = I, Eq. 15's reference and Table 1's), ``init`` (the run's
+initial theta, what the immunization started from) and ``random`` (an independent Gaussian extractor, entries
+``N(0, 1/D)``, a null control). Each attacker runs ``reach_factor x max(SLOWDOWN_BUDGETS)`` = 10 x 100 steps on
+each model; the slowdown of every model against each reference is taken at :data:`SLOWDOWN_BUDGETS` (1, 10, 100),
+the losses at 1, 10, 100 and 1000 steps. A budget-1000 slowdown needs 10,000 steps per run: not run here (cost, see
+docs/attacks.md).
+
+Output (:func:`write`): ``<table>.jsonl``, one record per model x attacker (``table``, ``method``, ``attacker``,
+``seed``, ``pair``, provenance), and ``<table>_curves.npz``, each run's training-loss curve (steps 0..1000) under
+``<model id>|<attacker>``, from which the slowdowns are recomputed (tests/test_attack_docs.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kappalab.provenance import provenance
+from kappalab.results import to_jsonable
+
+from .measures import Run, attack, slowdown
+from .problem import Split
+from .registry import Model, registry, settings
+
+#: the budgets the slowdowns are taken at; the runs are reach_factor x the largest long
+SLOWDOWN_BUDGETS = (1, 10, 100)
+REFERENCES = ("direct", "init", "random")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One extractor of a group: an immunized theta_I (``role`` "immunized") or a reference."""
+
+    method: str  #: a method of the table, or a reference name of :data:`REFERENCES`
+    theta: np.ndarray
+    role: str  #: "immunized" or "reference"
+    run_key: str | None = None  #: the run identity theta_I was regenerated from
+    rir: float | None = None  #: its recorded RIR (Eq. 15 / 17), for the rank correlation
+
+    @property
+    def id(self) -> str:
+        return self.method
+
+
+@dataclass(frozen=True)
+class Group:
+    table: str
+    seed: int
+    pair: str | None
+    X: np.ndarray  #: D_H inputs
+    y: np.ndarray  #: D_H targets
+    models: tuple[ModelSpec, ...]
+
+    def model_id(self, spec: ModelSpec) -> str:
+        return f"{self.table}/{spec.id}/s{self.seed}" + (f"/{self.pair}" if self.pair else "")
+
+
+def random_extractor(dim: int, seed: int) -> np.ndarray:
+    """The null-control extractor: i.i.d. ``N(0, 1/D)`` entries from ``seed``."""
+    return np.random.default_rng([seed, 39]).standard_normal((dim, dim)) / np.sqrt(dim)
+
+
+def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None] = print,
+              ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """Every attacker on every model of the group; records (without provenance) and curves."""
+    cfg, known = settings(), registry()
+    steps = cfg.reach_factor * max(SLOWDOWN_BUDGETS)
+    inputs = Split.of(group.X, group.y, group.seed)
+    # one Model per extractor, so its probe attackers share one SVD (Model.factor)
+    models = {spec.id: Model(Split.of(group.X @ spec.theta, group.y, group.seed), inputs, spec.theta)
+              for spec in group.models}
+    records, curves = [], {}
+    for name in attackers:
+        runs: dict[str, Run] = {}
+        for spec in group.models:
+            t0 = time.perf_counter()
+            runs[spec.id] = attack(models[spec.id], known[name], group.seed, budgets=cfg.budgets, steps=steps,
+                                   batch_size=cfg.batch_size, selection_budget=cfg.selection_budget)
+            log(f"{group.model_id(spec)} {name}: {time.perf_counter() - t0:.1f} s, chose {runs[spec.id].params}")
+        for spec in group.models:
+            run = runs[spec.id]
+            key = f"{group.model_id(spec)}|{name}"
+            curves[key] = run.curve
+            refs = [r for r in REFERENCES if r in runs and r != spec.id]
+            records.append({
+                "table": group.table, "method": spec.method, "attacker": name, "seed": group.seed,
+                "pair": group.pair, "role": spec.role, "run_key": spec.run_key, "rir": spec.rir,
+                "changes_extractor": known[name].changes_extractor, "kappa_H_train": models[spec.id].factor.kappa,
+                "params": dict(run.params), "tuning": None if run.tuning is None else {
+                    "grid": [dict(g) for g in known[name].grid], "val_losses": list(run.tuning.val_losses),
+                    "selection_budget": run.tuning.selection_budget},
+                "at_budget": {str(b): v for b, v in run.at_budget.items()}, "wall_s": run.wall_s,
+                "slack": run.slack, "steps": run.steps, "curve": key,
+                "slowdown": {ref: {str(b): slowdown(run.curve, runs[ref].curve, b, run.slack + runs[ref].slack,
+                                                    cfg.reach_factor).as_dict() for b in SLOWDOWN_BUDGETS}
+                             for ref in refs},
+            })
+    return records, curves
+
+
+def write(out: Path, table: str, records: list[dict[str, Any]], curves: dict[str, np.ndarray],
+          config: dict[str, Any], data_label: str) -> tuple[Path, Path]:
+    """``out/<table>.jsonl`` (each record with the provenance) and ``out/<table>_curves.npz``."""
+    out.mkdir(parents=True, exist_ok=True)
+    jsonl, npz = out / f"{table}.jsonl", out / f"{table}_curves.npz"
+    common = provenance(None, config, data_label=data_label)  # one git / machine read; the seed per record
+    with jsonl.open("w") as f:
+        for r in records:
+            f.write(json.dumps(to_jsonable({**r, "provenance": {**common, "seed": r["seed"]}}), sort_keys=True) + "\n")
+    np.savez_compressed(npz, **curves)
+    return jsonl, npz

@@ -1,0 +1,145 @@
+"""The attackers of :mod:`kappalab.attack` against closed forms computed here, the reach rule on hand-made curves,
+and the extractor attackers' gradients against central differences. Features are built from their spectrum
+(``U diag(s) V^T`` with random orthonormal U, V), so kappa is chosen, not found."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kappalab.attack import probe_attackers as pa
+from kappalab.attack.extractor_attackers import batch_grads, extractor_attack
+from kappalab.attack.measures import first_reach, slowdown
+from kappalab.attack.problem import Factor, loss
+from kappalab.attack.registry import FUNCTIONS, registry
+
+EPS = np.finfo(np.float64).eps
+
+
+def _features(N: int, D: int, kappa: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    U = np.linalg.qr(rng.standard_normal((N, D)))[0]
+    V = np.linalg.qr(rng.standard_normal((D, D)))[0]
+    F = U @ np.diag(np.sqrt(np.geomspace(kappa, 1.0, D))) @ V.T
+    return F, rng.standard_normal((N, 2))
+
+
+def _take(it, n: int) -> list[np.ndarray]:
+    return [next(it) for _ in range(n)]
+
+
+def test_registry_matches_the_shipped_grid() -> None:
+    reg = registry()
+    assert list(reg) == list(FUNCTIONS) and len(reg) >= 8
+    assert [a.name for a in reg.values() if a.changes_extractor] == ["finetune", "lora_r1", "lora_r4", "lora_r16"]
+    assert len(reg["momentum"].grid) == 12 and reg["gd"].grid == ({},)
+
+
+def test_gd_follows_the_eigenbasis_closed_form() -> None:
+    """GD with step 1/s_max from 0 on ||F W - Y||^2/(2N): in F's SVD basis each component after t steps is
+    ``(1 - (1 - s_i^2/(N s_max))^t) u_i^T Y / s_i`` (diagonal recursion). Both sides are float64 with error about
+    ``t * D * eps * ||W*||`` from t rounded steps; the bound below uses 100 x that."""
+    F, Y = _features(60, 8, 1e3, 0)
+    f = Factor.of(F)
+    t = 50
+    W = _take(pa.gd(F, Y, f), t)[-1]
+    U, s, Vt = np.linalg.svd(F, full_matrices=False)
+    decay = (1 - s ** 2 / (F.shape[0] * f.s_max)) ** t
+    expected = Vt.T @ (((1 - decay) / s)[:, None] * (U.T @ Y))
+    w_star = np.linalg.norm(np.linalg.lstsq(F, Y, rcond=None)[0])
+    assert np.linalg.norm(W - expected) <= 100 * t * F.shape[1] * EPS * w_star, (W, expected)
+
+
+def test_solve_is_lstsq_and_its_loss_does_not_depend_on_kappa() -> None:
+    """One step reaches the least-squares optimum at kappa 4 and 1e10 alike (same column space, same targets)."""
+    for kappa in (4.0, 1e10):
+        F, Y = _features(80, 10, kappa, 1)
+        W = next(pa.solve(F, Y, Factor.of(F)))
+        ref = np.linalg.lstsq(F, Y, rcond=None)[0]
+        # backward-stable solutions agree to about kappa(F) * eps relative (kappa(F) = sqrt(kappa))
+        assert np.linalg.norm(W - ref) <= 100 * np.sqrt(kappa) * EPS * np.linalg.norm(ref)
+
+
+def test_lbfgs_reaches_the_optimum_in_about_rank_steps() -> None:
+    """Exact line search on a quadratic: L-BFGS is conjugate-gradient-like and ends in about D steps (D = 10 here;
+    40 allows rounding's loss of conjugacy at kappa 1e4). The excess loss after 40 steps is below 1e-10 of the
+    initial one; gradient descent at the same count is far above (kappa 1e4)."""
+    F, Y = _features(80, 10, 1e4, 2)
+    f = Factor.of(F)
+    f_star = loss(F, Y, f.solve(Y))
+    f_0 = loss(F, Y, np.zeros((10, 2)))
+    W = _take(pa.lbfgs(F, Y, f, memory=10), 40)[-1]
+    assert loss(F, Y, W) - f_star <= 1e-10 * (f_0 - f_star)
+    W_gd = _take(pa.gd(F, Y, f), 40)[-1]
+    assert loss(F, Y, W_gd) - f_star > 1e-3 * (f_0 - f_star)
+
+
+def test_momentum_without_momentum_is_gradient_descent_and_adam_first_step_is_sign() -> None:
+    F, Y = _features(40, 6, 100.0, 3)
+    f = Factor.of(F)
+    W_m = _take(pa.momentum(F, Y, f, scale=0.7, beta=0.0), 5)[-1]
+    W_g = _take(pa.gd(F, Y, f, scale=0.7), 5)[-1]
+    assert np.allclose(W_m, W_g, rtol=0, atol=10 * EPS * np.abs(W_g).max())
+    # Adam's first bias-corrected step is lr * g / (|g| + eps'): -lr * sign(g) up to the eps term
+    W1 = next(pa.adam(F, Y, f, lr=0.01))
+    G = F.T @ (F @ np.zeros((6, 2)) - Y) / F.shape[0]
+    assert np.allclose(W1, -0.01 * G / (np.abs(G) + pa.ADAM_EPS), rtol=0, atol=4 * EPS * 0.01)
+
+
+def test_extractor_gradients_match_central_differences() -> None:
+    """float64 central differences on one random direction each: error O(h^2 |f'''|) + O(eps |f| / h); h = 1e-5
+    gives about 1e-10 relative, the bound is 1e-7."""
+    rng = np.random.default_rng(4)
+    Xb, Yb, M, W = (rng.standard_normal(s) for s in ((16, 5), (16, 2), (5, 4), (4, 2)))
+    _, dM, dW = batch_grads(Xb, Yb, M, W)
+    h = 1e-5
+    for grad, which in ((dM, 0), (dW, 1)):
+        E = rng.standard_normal(grad.shape)
+        args_p = [M + h * E, W] if which == 0 else [M, W + h * E]
+        args_m = [M - h * E, W] if which == 0 else [M, W - h * E]
+        fd = (batch_grads(Xb, Yb, *args_p)[0] - batch_grads(Xb, Yb, *args_m)[0]) / (2 * h)
+        assert abs(fd - np.sum(grad * E)) <= 1e-7 * max(1.0, abs(fd)), (which, fd, np.sum(grad * E))
+
+
+@pytest.mark.parametrize("rank", [None, 2])
+def test_extractor_attackers_fit_a_realizable_task(rank: int | None) -> None:
+    """Y = X v exactly: fine-tuning and LoRA drive the training loss down by 1e-6 of its start (Adam, full batch)."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((64, 6))
+    Y = X @ rng.standard_normal((6, 1))
+    theta = rng.standard_normal((6, 6))
+    maps = _take(extractor_attack(X, Y, theta, seed=0, optimizer="adam", lr=1e-2, batch_size=64, rank=rank), 3000)
+    assert loss(X, Y, maps[-1]) <= 1e-6 * loss(X, Y, np.zeros((6, 1)))
+
+
+def test_reach_rule_on_hand_made_curves() -> None:
+    c0 = np.array([10.0, 5.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    cI = np.array([10.0, 9.0, 8.0, 7.0, 6.0, 4.0, 3.0, 2.0, 1.5, 1.2, 0.9])
+    s = slowdown(cI, c0, 1, 0.0, 10)  # target c0[1] = 5: cI first <= 5 at step 5
+    assert (s.steps, s.reached, s.slowdown, s.limit) == (5, True, 5.0, 10)
+    assert first_reach(cI, 2.0, 0.0, 10) == 7 and first_reach(cI, 2.0, 1.0, 10) == 6
+    assert first_reach(cI, 0.5, 0.0, 10) is None
+    s2 = slowdown(cI[:3], c0, 1, 0.0, 2)  # target 5 not within 2 steps
+    assert not s2.reached and s2.slowdown is None
+    with pytest.raises(ValueError, match="too short"):
+        slowdown(cI[:5], c0, 1, 0.0, 10)
+
+
+def test_scope_group_of_identical_extractors_has_slowdown_one() -> None:
+    """A theta_I equal to the reference (theta = I) on a kappa-1e4 task: gradient descent's loss still falls at step
+    100 by far more than the rounding slack, so theta_I first reaches the reference's step-100 loss at step 100
+    (slowdown exactly 1.0); solve reaches it at step 1 (0.01). One record per model x attacker."""
+    from kappalab.attack.scope import Group, ModelSpec, run_group
+
+    X, Y = _features(80, 6, 1e4, 6)
+    eye = np.eye(6)
+    group = Group("t", 0, None, X, Y[:, 0], (ModelSpec("ours", eye, "immunized", "key", 2.0),
+                                            ModelSpec("direct", eye, "reference")))
+    records, curves = run_group(group, ("gd", "solve"), log=lambda line: None)
+    assert len(records) == 4 and set(curves) == {r["curve"] for r in records}
+    by = {(r["method"], r["attacker"]): r for r in records}
+    c = curves[by[("ours", "gd")]["curve"]]
+    assert c[99] - c[100] > 10 * by[("ours", "gd")]["slack"]
+    assert by[("ours", "gd")]["slowdown"]["direct"]["100"]["slowdown"] == 1.0
+    assert by[("ours", "solve")]["slowdown"]["direct"]["100"]["slowdown"] == 0.01
+    assert by[("direct", "gd")]["slowdown"] == {}  # a reference is not compared with itself

@@ -1,0 +1,97 @@
+"""``kappalab attack`` (the features form): issue 39's done-when case in process, and its refusals as real
+subprocesses (exit status 2, ONE line on stderr naming the argument, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kappalab.attack.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _save(tmp: Path, **arrays: np.ndarray) -> dict[str, Path]:
+    paths = {}
+    for name, a in arrays.items():
+        paths[name] = tmp / f"{name}.npy"
+        np.save(paths[name], a)
+    return paths
+
+
+def _same_column_space(tmp: Path, N: int = 300, D: int = 12) -> dict[str, Path]:
+    """theta_0's features have kappa(H) = 4, theta_I's 1e6, both spanning range(U) (so one least-squares optimum);
+    targets in range(U) plus noise."""
+    rng = np.random.default_rng(0)
+    U = np.linalg.qr(rng.standard_normal((N, D)))[0]
+    V0, VI = (np.linalg.qr(rng.standard_normal((D, D)))[0] for _ in range(2))
+    h0 = U @ np.diag(np.sqrt(np.geomspace(4.0, 1.0, D))) @ V0.T
+    hi = U @ np.diag(np.sqrt(np.geomspace(1e6, 1.0, D))) @ VI.T
+    yh = U @ rng.standard_normal(D) + 0.01 * rng.standard_normal(N)
+    assert np.isclose(np.linalg.cond(hi) ** 2 / np.linalg.cond(h0) ** 2, 2.5e5, rtol=1e-6)
+    return _save(tmp, h0=h0, hi=hi, yh=yh)
+
+
+def _args(paths: dict[str, Path], **replace: str) -> list[str]:
+    return [x for k in ("h0", "hi", "yh") for x in (f"--{k}", str(replace.get(k, paths[k])))]
+
+
+def test_done_when_gd_is_slowed_and_solve_is_not(tmp_path: Path) -> None:
+    paths = _same_column_space(tmp_path)
+    out = tmp_path / "attack.json"
+    assert main([*_args(paths), "--attackers", "gd,solve", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())["attackers"]
+    gd, solve = record["gd"], record["solve"]
+    assert (not gd["reached"]) or gd["slowdown"] >= 10, gd
+    assert solve["reached"] and solve["slowdown"] <= 2, solve
+    # the stored numbers are the rule applied to the stored target: solve's theta_I loss at step 1 is at the target
+    assert solve["theta_I"]["at_budget"]["1"]["train"] <= solve["target"] + solve["slack"]
+
+
+def _run(cases: dict[str, list[str]], cwd: Path) -> dict[str, subprocess.CompletedProcess]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1")
+    procs = {n: subprocess.Popen([sys.executable, "-m", "kappalab.cli", "attack", *args], cwd=cwd, env=env,
+                                 text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for n, args in cases.items()}
+    return {n: subprocess.CompletedProcess(p.args, p.wait(timeout=300), *p.communicate()) for n, p in procs.items()}
+
+
+def test_refusals_are_one_line_and_status_2(tmp_path: Path) -> None:
+    paths = _same_column_space(tmp_path)
+    extra = _save(tmp_path, short=np.load(paths["yh"])[:-1])
+    cases = {
+        "missing file": (_args(paths, h0=str(tmp_path / "absent.npy")), "--h0"),
+        "mismatched rows": (_args(paths, yh=str(extra["short"])), "one row per sample"),
+        "unknown attacker": ([*_args(paths), "--attackers", "gd,sgd_magic"], "unknown attacker 'sgd_magic'"),
+    }
+    results = _run({n: args for n, (args, _) in cases.items()}, tmp_path)
+    for name, (_, expected) in cases.items():
+        r = results[name]
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, (name, r.returncode, r.stderr)
+        assert lines[0].startswith("kappalab attack: error:") and expected in lines[0], (name, lines[0])
+        assert "Traceback" not in r.stderr and r.stdout == "", (name, r.stdout)
+
+
+@pytest.mark.parametrize("case", ["finetune", "gd,gd", "nan", "p0 alone"])
+def test_more_refusals_in_process(case: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """An extractor-changing attacker or a repeat in --attackers, a NaN in the features, D_P half given."""
+    paths = _same_column_space(tmp_path)
+    if case == "nan":
+        hi = np.load(paths["hi"])
+        hi[3, 2] = np.nan
+        args, expected = _args(paths, hi=str(_save(tmp_path, nan=hi)["nan"])), "--hi:"
+    elif case == "p0 alone":
+        args, expected = [*_args(paths), "--p0", str(paths["h0"])], "--p0 --pi --yp together"
+    else:
+        args, expected = [*_args(paths), "--attackers", case], "--attackers:"
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err

@@ -184,7 +184,7 @@ def _form(args: argparse.Namespace) -> str:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     form = _form(args)
-    json_path = None if args.json is None else _json_path(args.json)
+    json_path = None if args.json is None else json_output_path(args.json)
     features, inputs = _features_of_images(args) if form == "images" else _features_of_files(args)
     check_shapes(features, args.group_size)
     dim = features["p0"].shape[1]
@@ -221,7 +221,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _json_path(name: str) -> Path:
+def json_output_path(name: str) -> Path:
     """``--json``'s file, its folder created now (before any work), or a UsageError."""
     path = Path(name).expanduser()
     if path.is_dir():

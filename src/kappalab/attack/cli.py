@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from kappalab.atomic_io import write_text
 from kappalab.cli_options import Parser, UsageError, command, positive_int, seed as seed_type
 from kappalab.data.fetch import digest_of
-from kappalab.measure import _json_path, load_array, load_features
+from kappalab.measure import json_output_path, load_array, load_features
 from kappalab.provenance import provenance
 from kappalab.results import to_jsonable
 
@@ -100,7 +101,7 @@ def utility(F: np.ndarray, y: np.ndarray, seed: int) -> float:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     names = parse_attackers(args.attackers)
-    json_path = None if args.json is None else _json_path(args.json)
+    json_path = None if args.json is None else json_output_path(args.json)
     data = _load(args)
     cfg, known = settings(), registry()
     budget = args.budget
@@ -143,7 +144,7 @@ def main(argv: list[str]) -> int:
         record["provenance"] = provenance(args.seed, {"attackers": list(names), "budget": budget, "seed": args.seed,
                                                      "config": "attack_grid"}, data_label="kappalab attack (features)")
         try:
-            json_path.write_text(json.dumps(to_jsonable(record), indent=1) + "\n")
+            write_text(json_path, json.dumps(to_jsonable(record), indent=1) + "\n")
         except OSError as error:
             raise UsageError(f"--json: cannot write {json_path} ({error.strerror})") from None
         print(f"wrote {json_path}")

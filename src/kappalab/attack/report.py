@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from kappalab.atomic_io import save_figure
+
 BUDGET = "100"
 REFERENCE = "direct"
 N_BOOT = 2000
@@ -142,7 +144,7 @@ def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: P
     where = f"seed {seed}" + (f", pair {pair}" if pair else "")
     fig.suptitle(f"{rs[0]['table']}: harmful-task loss per attacker ({where}; black: theta = I)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

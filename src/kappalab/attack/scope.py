@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from kappalab.atomic_io import save_npz, write_text
 from kappalab.provenance import provenance
 from kappalab.results import to_jsonable
 
@@ -114,8 +115,7 @@ def write(out: Path, table: str, records: list[dict[str, Any]], curves: dict[str
     out.mkdir(parents=True, exist_ok=True)
     jsonl, npz = out / f"{table}.jsonl", out / f"{table}_curves.npz"
     common = provenance(None, config, data_label=data_label)  # one git / machine read; the seed per record
-    with jsonl.open("w") as f:
-        for r in records:
-            f.write(json.dumps(to_jsonable({**r, "provenance": {**common, "seed": r["seed"]}}), sort_keys=True) + "\n")
-    np.savez_compressed(npz, **curves)
+    write_text(jsonl, "".join(json.dumps(to_jsonable({**r, "provenance": {**common, "seed": r["seed"]}}),
+                                         sort_keys=True) + "\n" for r in records))
+    save_npz(npz, compressed=True, **curves)
     return jsonl, npz

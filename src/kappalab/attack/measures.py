@@ -1,4 +1,4 @@
-"""Running an attacker on a model and the measures of issue 39: curves, losses at budgets, reach and slowdown.
+"""Running an attacker on a model and the attack measures: curves, losses at budgets, reach and slowdown.
 
 * :func:`tune`: every combination of the attacker's grid runs ``selection_budget`` steps on D_H's training rows; the
   one with the lowest validation loss at that step is chosen (the attacker picks what works best for it; a diverged

@@ -1,4 +1,4 @@
-"""The scope runs of issue 39 for a linear extractor: every attacker on every model of one table, against references.
+"""The scope runs for a linear extractor: every attacker on every model of one table, against references.
 
 A *group* is one seed (and pair) of a table: the harmful task's rows ``X_H, y_H`` split once by the seed
 (:func:`kappalab.attack.problem.split_rows`), the immunized extractors of the four methods made with that seed, and

@@ -1,4 +1,4 @@
-"""Issue 39's Table 2 scope, a PARTIAL SAMPLE: every attacker on Ours' official-protocol extractor of a few full-MNIST
+"""The attacks' Table 2 scope, a PARTIAL SAMPLE: every attacker on Ours' official-protocol extractor of a few full-MNIST
 pairs (seed 0), against theta = I and the run's initial extractor.
 
 theta_I is regenerated here from its run identity's parts (``table2_official_<method>`` config, full MNIST, pair,

@@ -126,19 +126,24 @@ def cpu_per_run(step: Step, n_runs: int) -> float | None:
     return seconds / n_runs if seconds else None
 
 
-def factor(rir: dict[str, Any], previous: tuple[str, dict[str, Any]] | None) -> dict[str, Any] | None:
-    """The step's factor: the mean of its per-seed RIR means over those of ``previous`` (the nearest earlier step
-    with a complete seed, by name: the step above, or, when steps between are not run, the factor of them all), on
-    the seeds both have complete (all of :data:`SEEDS`: the ratio of the two statistics); None when none."""
+def factor(rir: dict[str, Any], runs: list[dict[str, Any]], previous: tuple[str, dict[str, Any], list] | None
+           ) -> dict[str, Any] | None:
+    """The step's factor: the mean of its per-seed RIR means over those of ``previous`` (name, RIR statistic and
+    runs of the nearest earlier step with a complete seed: the step above, or, when steps between are not run, the
+    factor of them all), on the seeds both have complete (all of :data:`SEEDS`: the ratio of the two statistics),
+    and the range of the run-by-run ratios (same pair and seed) on those seeds; None when they share no seed."""
     if previous is None:
         return None
-    name, previous = previous
+    name, previous, before = previous
     seeds = [s for s in rir["seeds"] if s in previous["seeds"]]
     if not seeds:
         return None
     mine = [m for s, m in zip(rir["seeds"], rir["seed_means"]) if s in seeds]
     theirs = [m for s, m in zip(previous["seeds"], previous["seed_means"]) if s in seeds]
-    return {"from": name, "seeds": seeds, "value": float(np.mean(mine)) / float(np.mean(theirs))}
+    earlier = {(r["a"], r["b"], r["seed"]): r["rir"] for r in before if r["seed"] in seeds}
+    ratios = [r["rir"] / earlier[r["a"], r["b"], r["seed"]] for r in runs if r["seed"] in seeds]
+    return {"from": name, "seeds": seeds, "value": float(np.mean(mine)) / float(np.mean(theirs)),
+            "run_ratios": [min(ratios), max(ratios)]}
 
 
 def report() -> dict[str, Any]:
@@ -153,9 +158,9 @@ def report() -> dict[str, Any]:
                          "overrides": step.set_items(), "store": str(step.folder.relative_to(ROOT)),
                          "reused": step.reused is not None, "n_runs": len(runs),
                          "complete": stats["rir"]["seeds"] == list(SEEDS), **stats,
-                         "factor": factor(stats["rir"], previous),
+                         "factor": factor(stats["rir"], runs, previous),
                          "cpu_s_per_run": cpu_per_run(step, len(runs)), "command": step.command(method)})
-            previous = (step.name, stats["rir"]) if stats["rir"]["seeds"] else previous
+            previous = (step.name, stats["rir"], runs) if stats["rir"]["seeds"] else previous
     return {"command": "python experiments/table2_walk.py", "pairs": [f"{a}-{b}" for a, b in PAIRS],
             "seeds": list(SEEDS), "rows": rows}
 
@@ -175,7 +180,9 @@ def _factor(f: dict[str, Any] | None, step: str) -> str:
     seeds = "" if f["seeds"] == list(SEEDS) else f" (seed{'s' * (len(f['seeds']) > 1)} " \
         f"{', '.join(map(str, f['seeds']))})"
     above = [s.name for s in STEPS].index(f["from"]) + 1 == [s.name for s in STEPS].index(step)
-    return f"{f['value']:#.3g}x{seeds}" + ("" if above else f", from `{f['from']}`")
+    low, high = f["run_ratios"]
+    return f"{f['value']:#.3g}x{seeds}" + ("" if above else f", from `{f['from']}`") + \
+        f"; runs {low:#.2g}-{high:#.3g}x"
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -45,7 +45,7 @@ def test_every_step_recomputes_from_its_stored_spectra():
     walk = _walk()
     pairs = {tuple(int(x) for x in p.split("-")) for p in walk["pairs"]}
     seeds = set(walk["seeds"])
-    previous: dict[str, tuple[str, dict[int, float]]] = {}
+    previous: dict[str, tuple[str, dict[int, float], dict]] = {}
     for row in walk["rows"]:
         runs = _runs(row, pairs, seeds)
         assert len(runs) == row["n_runs"] and len({(r["pair"], r["seed"]) for r in runs}) == len(runs), row["step"]
@@ -68,10 +68,12 @@ def test_every_step_recomputes_from_its_stored_spectra():
             assert row["factor"]["from"] == before[0] and row["factor"]["seeds"] == shared
             assert row["factor"]["value"] == pytest.approx(
                 np.mean([mine[s] for s in shared]) / np.mean([before[1][s] for s in shared]), rel=1e-12)
+            ratios = [r["rir"] / before[2][r["pair"], r["seed"]] for r in runs if r["seed"] in shared]
+            assert row["factor"]["run_ratios"] == pytest.approx([min(ratios), max(ratios)], rel=1e-12)
         else:
             assert row["factor"] is None
         if mine:
-            previous[row["method"]] = (row["step"], mine)
+            previous[row["method"]] = (row["step"], mine, {(r["pair"], r["seed"]): r["rir"] for r in runs})
 
 
 def test_the_walk_has_its_endpoints_and_table2_md_shows_its_table():

@@ -116,13 +116,16 @@ def statistic(runs: list[dict[str, Any]], term: str) -> dict[str, Any]:
             "std": float(np.std(means, ddof=1)) if len(means) > 1 else None}
 
 
-def cpu_per_run(step: Step, n_runs: int) -> float | None:
-    """User + system CPU seconds of the step's ``sweep.log`` sittings (``/usr/bin/time -v``) per run stored."""
+def cpu_per_run(step: Step, method: str, n_runs: int) -> float | None:
+    """User + system CPU seconds per stored run of ``method``, from the step's ``sweep.log``: each sitting opens with a
+    ``# <time> ... --methods <method> ...`` line and ends with ``/usr/bin/time -v``'s report."""
     log = step.folder / "sweep.log"
     if step.reused is not None or not log.exists() or not n_runs:
         return None
-    text = log.read_text()
-    seconds = sum(float(v) for v in re.findall(r"(?:User|System) time \(seconds\): ([0-9.]+)", text))
+    seconds = 0.0
+    for sitting in re.split(r"^(?=# \S+ nice )", log.read_text(), flags=re.M):
+        if f"--methods {method} " in sitting.split("\n", 1)[0]:
+            seconds += sum(float(v) for v in re.findall(r"(?:User|System) time \(seconds\): ([0-9.]+)", sitting))
     return seconds / n_runs if seconds else None
 
 
@@ -159,7 +162,7 @@ def report() -> dict[str, Any]:
                          "reused": step.reused is not None, "n_runs": len(runs),
                          "complete": stats["rir"]["seeds"] == list(SEEDS), **stats,
                          "factor": factor(stats["rir"], runs, previous),
-                         "cpu_s_per_run": cpu_per_run(step, len(runs)), "command": step.command(method)})
+                         "cpu_s_per_run": cpu_per_run(step, method, len(runs)), "command": step.command(method)})
             previous = (step.name, stats["rir"], runs) if stats["rir"]["seeds"] else previous
     return {"command": "python experiments/table2_walk.py", "pairs": [f"{a}-{b}" for a, b in PAIRS],
             "seeds": list(SEEDS), "rows": rows}
@@ -171,7 +174,12 @@ def _cell(stat: dict[str, Any]) -> str:
         return "not run"
     seeds = "" if stat["seeds"] == list(SEEDS) else f" (seed{'s' * (len(stat['seeds']) > 1)} " \
         f"{', '.join(map(str, stat['seeds']))})"
-    return f"{stat['mean']:#.4g}" + (f" ± {stat['std']:#.2g}" if stat["std"] is not None else "") + seeds
+    return _sig(stat["mean"], 4) + (f" ± {_sig(stat['std'], 2)}" if stat["std"] is not None else "") + seeds
+
+
+def _sig(x: float, digits: int) -> str:
+    """``x`` to ``digits`` significant digits, trailing zeros kept (12.96, 13.00, 0.50), no bare point (1397)."""
+    return f"{x:#.{digits}g}".rstrip(".")
 
 
 def _factor(f: dict[str, Any] | None, step: str) -> str:
@@ -181,13 +189,13 @@ def _factor(f: dict[str, Any] | None, step: str) -> str:
         f"{', '.join(map(str, f['seeds']))})"
     above = [s.name for s in STEPS].index(f["from"]) + 1 == [s.name for s in STEPS].index(step)
     low, high = f["run_ratios"]
-    return f"{f['value']:#.3g}x{seeds}" + ("" if above else f", from `{f['from']}`") + \
-        f"; runs {low:#.2g}-{high:#.3g}x"
+    return f"{_sig(f['value'], 3)}x{seeds}" + ("" if above else f", from `{f['from']}`") + \
+        f"; runs {_sig(low, 3)}-{_sig(high, 3)}x"
 
 
 def markdown(result: dict[str, Any]) -> str:
     lines = ["| method | step | what it changes from the step above | runs | RIR, 10-pair mean per seed, mean ± std "
-             "| (i) | (ii) | factor (RIR / step above) | CPU-s per run |", "|---|---|---|---|---|---|---|---|---|"]
+             "| (i) | (ii) | factor (RIR / step above; run-by-run range) | CPU-s per run |", "|---|---|---|---|---|---|---|---|---|"]
     for row in result["rows"]:
         runs = f"{row['n_runs']}/{len(PAIRS) * len(SEEDS)}" + ("" if row["complete"] or not row["n_runs"] else
                                                               " (unfinished)")

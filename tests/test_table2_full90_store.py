@@ -71,6 +71,9 @@ def test_the_opening_table_is_what_the_records_say():
         logs = np.array([np.mean(v) for v in pairs.values()])
         assert h["n_pairs"] == len(pairs) and h["pairs_above"] == int(np.sum(logs > 1))
         assert h["pairs_below_one"] == int(np.sum(logs < 0))
+        means = np.array([np.mean([r["rir"] for r in mine if (r["a"], r["b"]) == pair]) for pair in pairs])
+        assert h["pairs_above_mean_rir"] == int(np.sum(means > 10))
+        assert h["pairs_below_one_mean_rir"] == int(np.sum(means < 1))
         assert h["median_pair"] == pytest.approx(10 ** np.median(logs), rel=1e-12)
         complete = [s for s in sorted({r["seed"] for r in mine})
                     if len({(r["a"], r["b"]) for r in mine if r["seed"] == s}) == 90]

@@ -33,6 +33,9 @@ def test_pair_counts_and_median_pair_use_the_seed_averaged_log_rir():
     logs = np.array([np.mean([math.log10(r["rir"]) for r in rows if (r["a"], r["b"]) == p]) for p in ALL_PAIRS])
     assert h.n_pairs == 90 and h.pairs_above == int(np.sum(logs > 1)) and h.pairs_below_one == int(np.sum(logs < 0))
     assert h.median_pair == pytest.approx(10 ** np.median(logs), rel=1e-12)
+    means = np.array([np.mean([r["rir"] for r in rows if (r["a"], r["b"]) == p]) for p in ALL_PAIRS])
+    assert h.pairs_above_mean_rir == int(np.sum(means > 10)) and h.pairs_below_one_mean_rir == int(np.sum(means < 1))
+    assert h.pairs_above_mean_rir != h.pairs_above  # the two averages differ here: the columns must name theirs
     assert h.train_s == pytest.approx(np.median([r["train_s"] for r in rows]))
 
 

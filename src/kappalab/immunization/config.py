@@ -28,13 +28,15 @@ Method = Literal["ours", "rill_only", "imma", "opt_kappa", "opt_kappa_log"]
 Protocol = Literal["paper", "official"]
 METHODS: tuple[str, ...] = ("ours", "rill_only", "imma", "opt_kappa", "opt_kappa_log")
 
-__all__ = ["CONFIG_DIR", "EXTRA_NAMES", "Extras", "FIELDS", "METHODS", "PROTOCOLS", "MethodConfig", "load_config",
-           "table1_config"]
+__all__ = ["CONFIG_DIR", "EXTRA_NAMES", "IDENTITY_WHEN_SET", "Extras", "FIELDS", "METHODS", "PROTOCOLS", "MethodConfig",
+           "load_config", "table1_config"]
 
 
-def _extra(default: Any, reason: str) -> Any:
-    """A field of :class:`Extras`: its default (when a config omits it) and what it means."""
-    return field(default=default, metadata={"reason": reason})
+def _extra(default: Any, reason: str, identity_when_set: bool = False) -> Any:
+    """A field of :class:`Extras`: its default (when a config omits it) and what it means. ``identity_when_set``:
+    the value enters a run's identity (:meth:`MethodConfig.resolved`) only when it differs from the default, so
+    declaring it leaves every earlier run's identity as it was."""
+    return field(default=default, metadata={"reason": reason, "identity_when_set": identity_when_set})
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,16 @@ class Extras:
         "for full-batch steps with N >> D)")
     shuffle: bool = _extra(True, "shuffle the minibatches every epoch")
     n_rows: int = _extra(200, "official protocol: rows of each House Prices split used")
+    bias: bool = _extra(True, "official protocol: features X theta + 1 b^T with the bias b of the authors' "
+                              "nn.Linear; false: X theta, no bias (as Alg. 1's theta); the paper protocol has none",
+                        identity_when_set=True)
+    precondition_side: str | None = _extra(
+        None, "the side of theta the regularizer gradients are preconditioned on: 'input' ((K + ridge I)^-1 "
+              "grad_theta, Alg. 1) or 'output' (grad_theta (K + ridge I)^-1, the authors' code on nn.Linear's "
+              "W = theta^T); None: the protocol's own (paper 'input', official 'output')", identity_when_set=True)
+    walk_step: str | None = _extra(None, "a name the run carries in its identity and record (Table 2's protocol "
+                                         "walk: the step's name); read by nothing in training",
+                                   identity_when_set=True)
 
     def __post_init__(self) -> None:
         for name, declared in _hints().items():
@@ -81,6 +93,9 @@ class Extras:
             object.__setattr__(self, "adam_betas", tuple(self.adam_betas))
         if self.monitor_every < 1:
             raise ValueError(f"extra.monitor_every must be a positive int, got {self.monitor_every!r}")
+        if self.precondition_side not in (None, "input", "output"):
+            raise ValueError(f"extra.precondition_side must be 'input', 'output' or null, got "
+                             f"{self.precondition_side!r}")
 
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> "Extras":
@@ -105,6 +120,8 @@ def _hints() -> dict[str, Any]:
 _FIELDS = {f.name: f for f in fields(Extras)}
 #: the names of the :class:`Extras` a config file may set
 EXTRA_NAMES: tuple[str, ...] = tuple(_FIELDS)
+#: the extras that enter a run's identity only when set away from their default (:func:`_extra`)
+IDENTITY_WHEN_SET: tuple[str, ...] = tuple(n for n, f in _FIELDS.items() if f.metadata["identity_when_set"])
 
 
 @dataclass(frozen=True)
@@ -173,10 +190,12 @@ class MethodConfig:
 
     def resolved(self) -> dict[str, Any]:
         """Every value the run reads (fields and every :class:`Extras` entry, defaults filled in, ``inner_lr`` as
-        :attr:`inner_lr`): the config part of a run's identity. Reasons and file names are not part of it."""
+        :attr:`inner_lr`; an entry of :data:`IDENTITY_WHEN_SET` only when it is not its default): the config part
+        of a run's identity. Reasons and file names are not part of it."""
         out = {f: getattr(self, f) for f in FIELDS}
         out["extra"] = {name: self.inner_lr if name == "inner_lr" else getattr(self.extra, name)
-                        for name in sorted(EXTRA_NAMES)}
+                        for name in sorted(EXTRA_NAMES)
+                        if not (name in IDENTITY_WHEN_SET and getattr(self.extra, name) == _FIELDS[name].default)}
         return out
 
 

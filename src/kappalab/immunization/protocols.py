@@ -76,6 +76,10 @@ class Protocol:
         self.rank_rtol = cfg.extra.rank_rtol
         self.on_degenerate = cfg.extra.on_degenerate
         self.route = cfg.extra.spectral_route
+        # the config may take away the official protocol's bias and choose the preconditioner's side (Table 2's
+        # protocol walk changes the two protocols' differences one at a time)
+        self.has_bias = type(self).has_bias and cfg.extra.bias
+        self.precondition_side = cfg.extra.precondition_side or type(self).precondition_side
         problem = route_problem(type(self), cfg.method, self.route)
         if problem is not None:
             raise ValueError(problem)

@@ -119,7 +119,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     cfg, processes = spec.config, spec.processes
     task = task_of(spec.protocol, spec.data_csv, cfg.extra.n_rows)
     recorder = TrajectoryRecorder(task, steps_per_epoch(task, cfg, processes),
-                                  bias=PROTOCOL_CLASSES[cfg.protocol].has_bias) if spec.trajectory else None
+                                  bias=PROTOCOL_CLASSES[cfg.protocol].has_bias and cfg.extra.bias) if spec.trajectory else None
     if processes > 1:
         run = immunize_data_parallel(task, cfg, spec.seed, world_size=processes, device=spec.device,
                                      observer=recorder)

@@ -150,7 +150,7 @@ def trajectory_run(spec: TrajectorySpec) -> dict[str, Any]:
 
     limit_threads(1)
     a, b, seed, cfg = spec.a, spec.b, spec.seed, spec.config
-    splits, reduced = pair_data(spec.dataset, spec.data_dir, a, b, seed, PROTOCOL_CLASSES[cfg.protocol].has_bias)
+    splits, reduced = pair_data(spec.dataset, spec.data_dir, a, b, seed, PROTOCOL_CLASSES[cfg.protocol].has_bias and cfg.extra.bias)
     start = time.perf_counter()
     X_P, X_H = splits.arrays("train")
     task = LinearTask(X_P, np.zeros(len(X_P)), X_H, np.ones(len(X_H)), "bce", f"mnist/{a}-{b}/train",

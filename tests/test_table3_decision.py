@@ -36,6 +36,14 @@ def test_each_verdict_where_the_rule_puts_it(oracle, ours, acc, verdict):
     assert rows["ours"].interval["groups"] == (ours[1], ours[2])
 
 
+def test_a_drop_of_exactly_the_limit_keeps_utility():
+    """0.82 - 0.80 is 2.0000000000000018 points in floating point: still within 2 points (10 of 500 images)."""
+    store = _store(10.0, (5.0, 4.0, 6.0))
+    for r in store:
+        r["utility"]["dp_test_acc"] = 0.82 if r["method"] == "init" else 0.80
+    assert {r.method: r for r in decide(store)}["ours"].verdict == "immunizes"
+
+
 def test_without_a_control_there_is_no_verdict():
     store = [r for r in _store(10.0, (5.0, 4.0, 6.0)) if r["method"] != "task_only"]
     assert {r.method: r for r in decide(store)}["ours"].verdict == "no verdict: a control is missing"

@@ -81,6 +81,20 @@ def real_table(records: list[dict[str, Any]], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def checkpoint_table(records: list[dict[str, Any]]) -> str:
+    """Markdown: each method run's three estimators of RIR, and the group estimator's terms, at its checkpoints
+    (``checkpoints``: epoch ends spread over training), with D_P head accuracy at the end."""
+    lines = ["| Method | seed | step | RIR ours (groups) | (i) | (ii) | RIR authors' | RIR exact |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        for c in r.get("checkpoints", []):
+            e = c["estimates"]
+            lines.append(f"| {METHOD_LABELS[r['method']]} | {r['seed']} | {c['step']} | {e['groups']['rir']:.3g} | "
+                         f"{e['groups']['term_i']:.3g} | {e['groups']['term_ii']:.3g} | {e['authors']['rir']:.3g} | "
+                         f"{e['exact']['rir']:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
 def run_and_report(call) -> int:
     """Run the missing records of the call's direction and protocol (unless ``--aggregate-only``) and write the
     table. ``call``: a checked :class:`kappalab.reproduce.table3.cli.Call`."""
@@ -102,7 +116,8 @@ def run_and_report(call) -> int:
         print(f"kappalab reproduce table3: no records of {cfg.name} ({cfg.protocol}) in {store.path}",
               file=sys.stderr)
         return 1
-    table = decision_table({call.title.replace("\n", "; "): records}) + "\n" + real_table(records, call.title)
+    table = (decision_table({call.title.replace("\n", "; "): records}) + "\n" + real_table(records, call.title)
+             + "\nAlong training:\n\n" + checkpoint_table(records))
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / f"table_{cfg.name}_{cfg.protocol}.md", table)
     print(table)

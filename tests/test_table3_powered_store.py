@@ -10,17 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_table3_measures import _kappa_from_singular_values as _kappa  # the plain-NumPy rank rule, written once
 
 ROOT = Path(__file__).resolve().parents[1]
 STORES = sorted((ROOT / "docs" / "reproduction" / "table3" / "powered").glob("**/runs.jsonl"))
 RECORDS = [r for path in STORES for r in map(json.loads, path.read_text().splitlines()) if "group_spectra" in r]
 
 
-def _kappa(s: list[float], rtol: float) -> float:
-    """(s_1 / s_k)^2, s_k the smallest singular value above rtol * s_1 (the rank rule on F's singular values)."""
-    s = np.sort(np.asarray(s, dtype=np.float64))[::-1]
-    kept = s[s > rtol * s[0]]
-    return float((kept[0] / kept[-1]) ** 2)
 
 
 def _rtol(record: dict, n: int, d: int) -> float:

@@ -3,29 +3,57 @@
 decision_table`; table3.md carries it between the ``table3-decision`` markers (tests/test_table3_powered_store.py
 checks that it is this script's output).
 
-Usage: python experiments/table3_decision.py  (prints the decision table, then the checkpoint tables)
+Usage: python experiments/table3_decision.py [--figures]
+  prints the decision table, then the checkpoint tables; with --figures it also writes each store's Figure 3
+  (``figure3.png``/``.pdf`` beside its runs.jsonl: the D_H probe's test accuracy against its epochs, theta_0 and
+  every control and method).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+from kappalab.deep.methods import CONTROLS, METHODS
 from kappalab.reproduce.table3.decision import decision_table
 from kappalab.reproduce.table3.real_report import checkpoint_table
+from kappalab.reproduce.table3.report import figure3
 
 POWERED = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table3" / "powered"
 DIRECTIONS = {"fmnist_vs_mnist": "D_P Fashion-MNIST / D_H MNIST", "mnist_vs_fmnist": "D_P MNIST / D_H Fashion-MNIST"}
 
 
-def stores() -> dict[str, list[dict]]:
-    """Title -> records of every powered store, in path order."""
+def store_paths() -> dict[str, Path]:
+    """Title -> runs.jsonl of every powered store, in path order."""
     out = {}
     for path in sorted(POWERED.glob("*/*/*/runs.jsonl")):
         which, direction, protocol = path.relative_to(POWERED).parts[:3]
-        title = f"{DIRECTIONS[direction]}, {protocol} protocol ({which})"
-        out[title] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out[f"{DIRECTIONS[direction]}, {protocol} protocol ({which})"] = path
     return out
+
+
+def stores() -> dict[str, list[dict]]:
+    """Title -> records of every powered store, in path order."""
+    return {title: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            for title, path in store_paths().items()}
+
+
+def probe_curves(records: list[dict]) -> dict[str, list[list[float]]]:
+    """Figure 3's curves of one store: theta_0 (``"init"``), the controls, then the methods, one curve per seed."""
+    by: dict[str, list[list[float]]] = {}
+    for r in records:
+        by.setdefault(r["method"], []).append(r["utility"]["probe_curve"])
+    return {m: by[m] for m in ("init", *CONTROLS, *METHODS) if m in by}
+
+
+def write_figures() -> list[Path]:
+    """Each store's Figure 3 beside its runs.jsonl; returns the folders written."""
+    folders = []
+    for (title, path), records in zip(store_paths().items(), stores().values()):
+        figure3(probe_curves(records), path.parent, f"Figure 3, EfficientNet-Lite0: {title}")
+        folders.append(path.parent)
+    return folders
 
 
 def render() -> str:
@@ -40,3 +68,6 @@ def render_checkpoints() -> str:
 
 if __name__ == "__main__":
     print(render() + "\n" + render_checkpoints(), end="")
+    if "--figures" in sys.argv[1:]:
+        for folder in write_figures():
+            print(f"wrote {folder}/figure3.png, .pdf", file=sys.stderr)

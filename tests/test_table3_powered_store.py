@@ -17,6 +17,14 @@ STORES = sorted((ROOT / "docs" / "reproduction" / "table3" / "powered").glob("**
 RECORDS = [r for path in STORES for r in map(json.loads, path.read_text().splitlines()) if "group_spectra" in r]
 
 
+def _decision_script():
+    """experiments/table3_decision.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("table3_decision", ROOT / "experiments" / "table3_decision.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
 
 
 def _rtol(record: dict, n: int, d: int) -> float:
@@ -63,14 +71,27 @@ def test_checkpoints_run_along_training(record):
 def test_table3_md_opens_with_the_decision_table_of_the_store():
     """table3.md's first 40 lines hold the decision table as experiments/table3_decision.py renders it from the
     store, the controls' rows included; its checkpoint tables are the script's too."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("table3_decision", ROOT / "experiments" / "table3_decision.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _decision_script()
     page = (ROOT / "docs" / "reproduction" / "table3.md").read_text()
     head = "\n".join(page.splitlines()[:40])
     table = script.render()
     assert table in page and table.splitlines()[-1] in head
     assert "Oracle (control)" in table and "Task only (control)" in table
     assert script.render_checkpoints() in page
+
+
+def test_figure3_of_every_store_is_drawn_from_its_records(tmp_path):
+    """Each store's Figure 3 is committed beside it, and draws theta_0 first, then the controls, then the methods,
+    one probe curve per record of that method."""
+    from kappalab.reproduce.table3.report import figure3
+
+    script = _decision_script()
+    for title, path in script.store_paths().items():
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        curves = script.probe_curves(records)
+        assert list(curves)[0] == "init" and set(curves) == {r["method"] for r in records}
+        assert sum(map(len, curves.values())) == len(records)
+        assert len({len(c) for per_seed in curves.values() for c in per_seed}) == 1  # one epoch axis
+        assert (path.parent / "figure3.png").exists(), f"{path.parent}: run experiments/table3_decision.py --figures"
+        figure3(curves, tmp_path, title)
+        assert (tmp_path / "figure3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

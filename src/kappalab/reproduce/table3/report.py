@@ -71,23 +71,26 @@ def aggregate(records: list[dict[str, Any]], out: Path, title: str, suffix: str 
     table = "\n".join(lines) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / f"table{suffix}.md", table)
-    _figure(by, out, title, suffix)
+    figure3({m: [r["probe_curve"] for r in by[m]] for m in ["init", *METHODS] if m in by}, out, title, suffix)
     return table
 
 
-def _figure(by: dict[str, list[dict[str, Any]]], out: Path, title: str, suffix: str = "") -> None:
+def figure3(curves: dict[str, list[list[float]]], out: Path, title: str, suffix: str = "") -> None:
+    """Figure 3 as ``figure3<suffix>.png``/``.pdf`` in ``out``: the D_H linear probe's test accuracy against its
+    full-batch gradient-descent epochs, the mean over seeds with a +-1 std band, per method (``"init"``: theta_0).
+
+    ``curves``: method -> one accuracy curve (fractions, entry ``t`` after ``t`` epochs) per seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for m in ["init", *METHODS]:
-        if m not in by:
-            continue
-        curves = 100 * np.asarray([r["probe_curve"] for r in by[m]])
-        x, mu, sd = np.arange(curves.shape[1]), curves.mean(0), curves.std(0)
-        ax.plot(x, mu, label="Init. θ0" if m == "init" else METHOD_LABELS[m], ls="--" if m == "init" else "-")
+    for m, per_seed in curves.items():
+        acc = 100 * np.asarray(per_seed)
+        x, mu, sd = np.arange(acc.shape[1]), acc.mean(0), acc.std(0)
+        ax.plot(x, mu, label="Init. θ0" if m == "init" else f"{METHOD_LABELS[m]} (n={len(per_seed)})",
+                ls="--" if m == "init" else "-")
         ax.fill_between(x, mu - sd, mu + sd, alpha=0.2)
     ax.set_xlabel("linear-probing epochs (full-batch GD) on D_H")
     ax.set_ylabel("D_H test accuracy (%)")

@@ -25,7 +25,7 @@ from pathlib import Path
 from kappalab.data.fetch import cache_dir
 from kappalab.estimators import scale_test
 from kappalab.reproduce.table3.config import load_table3_config
-from kappalab.reproduce.table3.real import build_task, heldout_features, load_real_data
+from kappalab.reproduce.table3.real import build_task, part_features, load_real_data
 from kappalab.reproduce.table3.real_report import real_table, write_feature_store
 
 STORE = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table3" / "real"
@@ -66,7 +66,7 @@ def run_scale_test() -> None:
     cfg = load_table3_config("efficientnet_lite0_mnist")
     net, data = load_real_data(cfg)
     base = build_task(net, data, cfg).theta0(0)
-    features = heldout_features(base, data)  # float64, D_P Fashion-MNIST, D_H MNIST
+    features = part_features(base, data)  # float64, D_P Fashion-MNIST, D_H MNIST
     test = scale_test(features["P"], features["H"], seed=0)
     result = {"p0": "theta0/fashion-mnist", "h0": "theta0/mnist", "scale": test.scale, "shrink": test.shrink,
               "expected_doubled": test.expected_doubled, "expected_weak_half": test.expected_weak_half,

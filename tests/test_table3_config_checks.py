@@ -76,3 +76,25 @@ def test_the_command_line_refuses_a_bad_set_in_one_line(tmp_path):
     assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "epochs" in lines[0] and "table3_proxy.json" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--proxy", "--quick", "--grid"], "--grid: needs --arch efficientnet_lite0"),
+    (["--arch", "efficientnet_lite0", "--harmful", "mnist", "--grid"], "--set per_class.validation=N"),
+])
+def test_grid_needs_the_real_network_and_a_validation_part(argv, says, tmp_path):
+    from kappalab.cli_options import UsageError
+    from kappalab.reproduce.table3.cli import prepare
+
+    with pytest.raises(UsageError, match="^--grid: ") as error:
+        prepare([*argv, "--out", str(tmp_path / "out")])
+    assert says in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_validation_part_is_a_per_class_key_and_enters_the_identity():
+    with_val = load_table3_config(REAL, overrides={"per_class.validation": 50})
+    assert with_val.per_class["validation"] == 50 and resolved(with_val) != resolved(load_table3_config(REAL))
+    with pytest.raises(ConfigError, match="per_class.validation must be >= 1"):
+        load_table3_config(REAL, overrides={"per_class.validation": 0})
+    with pytest.raises(ConfigError, match="per_class.valid"):
+        load_table3_config(REAL, overrides={"per_class.valid": 5})

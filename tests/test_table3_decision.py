@@ -10,7 +10,7 @@ from kappalab.reproduce.table3.decision import decide, decision_table
 
 def _record(method: str, seed: int, rir: float, lo: float, hi: float, acc: float = 0.9) -> dict:
     est = {"rir": rir, "ci95": [lo, hi], "term_i": rir, "term_ii": 1.0}
-    return {"method": method, "seed": seed, "utility": {"dp_test_acc": acc},
+    return {"method": method, "seed": seed, "utility": {"dp_test_acc": acc}, "identity": {"config": {"eta": 1e-3}},
             "estimates": {"exact": {**est, "ci95": None}, "groups": est, "authors": est}}
 
 

@@ -50,6 +50,7 @@ from kappalab.cli_options import (RESULTS, Parser, UsageError, check_device, che
                                   unique)
 from kappalab.configs import PROTOCOLS
 from kappalab.reproduce.table3.config import Table3Config
+from kappalab.reproduce.table3.constants import VALIDATION
 
 #: the method and control names (kappalab.deep.METHODS + CONTROLS; repeated here so that parsing needs no torch,
 #: checked by a test)
@@ -84,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search", action="store_true",
                    help="with --proxy: Appendix C.2's lambda/epoch search on a validation split (config 'search')")
     p.add_argument("--aggregate-only", action="store_true", help="rebuild table and figure from the records")
+    p.add_argument("--grid", action="store_true",
+                   help="with --arch efficientnet_lite0: run every setting of the selection grid (eta x lambda "
+                        "multiple; needs --set per_class.validation=N); the table reads each method at the setting "
+                        "chosen on the validation part")
     p.add_argument("--arch", choices=["resnet18", "vit", "efficientnet_lite0"])
     p.add_argument("--harmful", choices=["cars", "country211", "mnist", "fashion-mnist"],
                    help="D_H: cars or country211 (resnet18, vit); mnist or fashion-mnist (efficientnet_lite0, whose "
@@ -144,6 +149,8 @@ def prepare(argv: list[str]) -> Call:
         raise UsageError("--arch efficientnet_lite0: its weights and data are fetched and verified by kappalab "
                          "(no --smoke, --imagenet, --harmful-dir, --weights or --calibrate; the lambdas are "
                          "calibrated in every seed's init record)")
+    if args.grid and not real:
+        raise UsageError("--grid: needs --arch efficientnet_lite0 (the proxy's selection is --proxy --search)")
     if args.search and not args.proxy:
         raise UsageError("--search: needs --proxy")
     if args.search and args.protocol != "paper":
@@ -172,6 +179,9 @@ def prepare(argv: list[str]) -> Call:
                  else f"{cfg.timm_name}, ImageNet-1k vs {args.harmful}")
     title += f"\nprotocol: {protocol} (" + ("the paper's text" if protocol == "paper" else
                                          "the authors' public code as read") + ")"
+    if args.grid and VALIDATION not in (cfg.per_class or {}):
+        raise UsageError(f"--grid: the selection reads a validation part; add --set per_class.{VALIDATION}=N "
+                         "(images per class, e.g. 50)")
     out = check_out(Path(args.out) if args.out else default_out)
     seeds = list(unique(args.seeds or cfg.seeds, "--seeds"))
     methods = list(unique(args.methods or cfg.methods, "--methods"))

@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any, Mapping, get_type_hints
 
 from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, conforms, described, read, set_dotted
+from kappalab.reproduce.table3.constants import PARTS, VALIDATION
 
 #: the reason recorded for a value given with ``--set``
 SET_REASON = "set on the command line (--set)"
@@ -147,7 +148,8 @@ FIELD_NAMES = tuple(f.name for f in fields(Table3Config) if f.name not in LOADER
 _REQUIRED = tuple(f.name for f in fields(Table3Config) if f.default is MISSING and f.default_factory is MISSING)
 #: what ``--set`` may name (the protocol is chosen with ``--protocol``)
 OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES if n != "protocol"},
-                               "search": {k: None for k in SEARCH_KEYS}}
+                               "search": {k: None for k in SEARCH_KEYS},
+                               "per_class": {k: None for k in (*PARTS, VALIDATION)}}
 #: fields added with the protocols and the real-network rows: a run's identity holds them only where they differ from
 #: these values, so the run keys of the configs that do not use them are those of the records written before
 IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_eval", "pretrain_data": None,
@@ -200,6 +202,11 @@ def _check_values(cfg: "Table3Config", where: str) -> None:
     for name, epochs in (cfg.method_epochs or {}).items():
         if not epochs >= 1:
             raise ConfigError(f"config {where}: method_epochs.{name} must be >= 1, got {epochs!r}")
+    for part, count in (cfg.per_class or {}).items():
+        if not count >= 1:
+            raise ConfigError(f"config {where}: per_class.{part} must be >= 1, got {count!r}")
+    if cfg.per_class is not None and not set(PARTS) <= set(cfg.per_class):
+        raise ConfigError(f"config {where}: per_class must give {', '.join(PARTS)} (and may give {VALIDATION})")
 
 
 @cache

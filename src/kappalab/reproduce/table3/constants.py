@@ -1,5 +1,5 @@
-"""Table 3's fixed names and numbers: the paper's reference values and the weight(s) each method's search and
-settings line name."""
+"""Table 3's fixed names and numbers: the paper's reference values, the weight(s) each method's search and
+settings line name, and the parts the real network's images are drawn into (:mod:`.real_data`)."""
 
 from __future__ import annotations
 
@@ -13,3 +13,8 @@ PAPER_TABLE3 = {  # Table 3 of the paper, ResNet18 / Cars and Country211: (i), (
 #: method -> the objective weights (lambdas) it trains with: the search's grids and the table's settings line
 LAMBDA_OF = {"ours": ("lambda_H", "lambda_P"), "rill_only": ("lambda_H",), "opt_kappa": ("lambda_kappa",),
              "imma": ("lambda_imma",)}
+
+#: the parts every real-network run draws (:mod:`.real_data`); their images go through the trunk together
+PARTS = ("train", "heldout", "test")
+#: the optional part that selects a setting (:mod:`.grid`), drawn where ``per_class`` names it
+VALIDATION = "validation"

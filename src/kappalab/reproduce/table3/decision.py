@@ -11,6 +11,8 @@ The rule (:data:`RULE`, printed above the table) reads the paper's group estimat
 * **"does not immunize here"** otherwise;
 * **"utility lost"** when D_P accuracy fell by more than :data:`UTILITY_POINTS` points on some seed.
 
+A method run at several settings is read at the one :func:`.grid.selected` chose on the validation part.
+
 Intervals: the hull of the seeds' bootstrap 95% intervals (each over its 20 groups), n the number of seeds; the exact
 estimator has no interval (its range over seeds is shown).
 """
@@ -21,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...deep.methods import CONTROLS, METHOD_LABELS, METHODS
+from .grid import NO_LAMBDA, UTILITY_POINTS, selected, setting_of
 
 ORACLE_FLOOR = 1.5
 IMMUNIZES_ABOVE = 2.0
-UTILITY_POINTS = 2.0
 RULE = (f"Verdict (group estimator, fixed before the runs): **immunizes** when a method's interval lies above "
         f"task_only's and above {IMMUNIZES_ABOVE:g} with D_P accuracy within {UTILITY_POINTS:g} points of theta_0's on "
         f"every seed; **the measure cannot be moved here** when the oracle control's RIR stays below "
@@ -41,10 +43,11 @@ class Row:
     rir: dict[str, float]  #: estimator -> mean RIR over seeds
     interval: dict[str, tuple[float, float]]  #: estimator -> hull of the seeds' intervals (exact: min-max)
     accuracy_drop: float  #: the largest D_P head accuracy drop from theta_0 over seeds, in points
+    setting: str  #: "eta, lambda multiple" of the records read ("selected" when chosen on the validation part)
     verdict: str = ""
 
 
-def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float]) -> Row:
+def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float], chosen: bool) -> Row:
     rir, interval = {}, {}
     for est in ("exact", "groups", "authors"):
         values = [r["estimates"][est]["rir"] for r in records]
@@ -54,17 +57,21 @@ def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float])
     # accuracies are fractions of a few hundred test images: rounded to 1e-9 points, so that a drop of exactly the
     # limit (e.g. 10 of 500 images, 2 points) is not turned into a loss by the subtraction's rounding
     drop = round(max(100 * (init_acc[r["seed"]] - r["utility"]["dp_test_acc"]) for r in records), 9)
-    return Row(method, len(records), rir, interval, drop)
+    eta, multiple = setting_of(records[0])
+    setting = (f"{eta:g}" if method in NO_LAMBDA else f"{eta:g}, x{multiple:g}") + (" (selected)" if chosen else "")
+    return Row(method, len(records), rir, interval, drop, setting)
 
 
 def decide(records: list[dict[str, Any]]) -> list[Row]:
-    """The rows of one direction and protocol (controls first), each with its verdict by :data:`RULE`."""
+    """The rows of one direction and protocol (controls first), each with its verdict by :data:`RULE`; a method
+    whose selection kept no setting has no row."""
+    records, choices = selected(records)
     init_acc = {r["seed"]: r["utility"]["dp_test_acc"] for r in records if r["method"] == "init"}
     by: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         if r["method"] != "init" and r["seed"] in init_acc:
             by.setdefault(r["method"], []).append(r)
-    rows = {m: _row(m, by[m], init_acc) for m in (*CONTROLS, *METHODS) if m in by}
+    rows = {m: _row(m, by[m], init_acc, m in choices) for m in (*CONTROLS, *METHODS) if m in by}
     oracle, null = rows.get("oracle"), rows.get("task_only")
     out = []
     for m, row in rows.items():
@@ -80,20 +87,20 @@ def decide(records: list[dict[str, Any]]) -> list[Row]:
             verdict = "immunizes"
         else:
             verdict = "does not immunize here"
-        out.append(Row(row.method, row.n, row.rir, row.interval, row.accuracy_drop, verdict))
+        out.append(Row(row.method, row.n, row.rir, row.interval, row.accuracy_drop, row.setting, verdict))
     return out
 
 
 def decision_table(groups: dict[str, list[dict[str, Any]]]) -> str:
     """Markdown: :data:`RULE`, then one line per (direction and protocol, method); ``groups`` maps a title (e.g.
     ``"D_P Fashion-MNIST / D_H MNIST, paper protocol"``) to its records (``init`` records included)."""
-    lines = [RULE, "", "| direction, protocol | method | n | RIR exact (range) | RIR groups [interval] | "
-             "RIR authors' [interval] | D_P acc. drop (points, worst seed) | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [RULE, "", "| direction, protocol | method | eta, lambda multiple | n | RIR exact (range) | "
+             "RIR groups [interval] | RIR authors' [interval] | D_P acc. drop (points, worst seed) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for title, records in groups.items():
         for row in decide(records):
             cells = [f"{row.rir[e]:.3g} [{row.interval[e][0]:.3g}, {row.interval[e][1]:.3g}]"
                      for e in ("exact", "groups", "authors")]
-            lines.append(f"| {title} | {METHOD_LABELS[row.method]} | {row.n} | " + " | ".join(cells)
+            lines.append(f"| {title} | {METHOD_LABELS[row.method]} | {row.setting} | {row.n} | " + " | ".join(cells)
                          + f" | {row.accuracy_drop:.1f} | {row.verdict} |")
     return "\n".join(lines) + "\n"

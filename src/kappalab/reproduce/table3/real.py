@@ -20,12 +20,16 @@
   (``displacement``; :mod:`.measures`), and utility measured without kappa (:func:`utility`); the held-out
   features themselves are kept under the work folder
   (``features.npz``), from which ``experiments/table3_real_store.py`` builds the committed store.
+* Where the config draws a validation part (``per_class.validation``), every record also holds ``validation``
+  (:func:`validation_measures`: the D_P head's accuracy there and, for a method, the group RIR there), which the
+  selection of a setting reads (:mod:`.grid`; ``--grid`` runs its points, ``points`` of :func:`run_real`).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +47,9 @@ from ...provenance import provenance
 from ...results import RunStore
 from ..identity import identity
 from .config import Table3Config, resolved
+from .grid import grid_points
 from .measures import Checkpoints, checkpoint_epochs, displacement, features_rtol, group_spectra
+from .constants import VALIDATION
 from .real_data import Parts, draw_parts
 from .run import _calibration, objective_config, train_config
 
@@ -82,6 +88,11 @@ def load_real_data(cfg: Table3Config) -> tuple[nn.Module, RealData]:
         for part, rows in parts[tag].offsets().items():
             X[tag, part] = torch.from_numpy(acts[rows]).to(torch.float64)
             y[tag, part] = torch.from_numpy(parts[tag].labels[part])
+        if VALIDATION in parts[tag].labels:
+            acts, trunk[f"{tag}_{VALIDATION}"] = cached_trunk(net, WEIGHTS_SHA256, parts[tag].images[VALIDATION],
+                                                              cfg.trunk_cut, cfg.image_size)
+            X[tag, VALIDATION] = torch.from_numpy(acts).to(torch.float64)
+            y[tag, VALIDATION] = torch.from_numpy(parts[tag].labels[VALIDATION])
     return net.to(torch.float64).eval(), RealData(parts, X, y, trunk, WEIGHTS_SHA256)
 
 
@@ -168,9 +179,25 @@ def run_lambdas(cfg: Table3Config, balanced: dict[str, float]) -> dict[str, floa
             for name, scale in balanced.items()}
 
 
-def heldout_features(model: ImmunizableModel, data: RealData) -> dict[str, np.ndarray]:
-    """Features of the held-out parts (float64): ``{"P": ..., "H": ...}``."""
-    return {t: extract_features(model, data.X[t, "heldout"]).numpy() for t in ("P", "H")}
+def part_features(model: ImmunizableModel, data: RealData, part: str = "heldout") -> dict[str, np.ndarray]:
+    """Features of both tasks' ``part`` (float64): ``{"P": ..., "H": ...}``."""
+    return {t: extract_features(model, data.X[t, part]).numpy() for t in ("P", "H")}
+
+
+def validation_measures(model: ImmunizableModel, data: RealData, F0: dict[str, np.ndarray] | None,
+                        cfg: Table3Config, seed: int, rtol: float | None) -> dict[str, float]:
+    """What the selection of a setting reads (:mod:`.grid`), on the validation part alone: the model's D_P head
+    accuracy and, for theta_I (``F0``: theta_0's validation features), the group estimator's RIR (ours, pinv
+    kappa; the table's groups and size, drawn from the validation rows)."""
+    from ...estimators import group_terms, kappa_ratio
+
+    out = {"dp_acc": accuracy(model, (data.X["P", VALIDATION], data.y["P", VALIDATION]))}
+    if F0 is not None:
+        FI = part_features(model, data, VALIDATION)
+        i_g, ii_g = group_terms(FI["H"], F0["H"], FI["P"], F0["P"], kappa_ratio("pinv", rtol),
+                                groups=cfg.rir_groups, group_size=cfg.rir_group_size, seed=seed)
+        out["rir_groups"] = float((i_g / ii_g).mean())
+    return out
 
 
 def singular_values(F: np.ndarray) -> list[float]:
@@ -178,8 +205,12 @@ def singular_values(F: np.ndarray) -> list[float]:
     return np.linalg.svd(F, compute_uv=False).tolist()
 
 
-def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], methods: list[str]) -> list[str]:
-    """Run every missing ``init`` and method record of ``cfg``'s direction and protocol; returns their keys."""
+def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], methods: list[str],
+             points: list[dict[str, float]] | None = None) -> list[str]:
+    """Run every missing ``init`` and method record of ``cfg``'s direction and protocol; returns their keys.
+
+    ``points``: settings (``--set`` overrides of :func:`.grid.grid_points`) to run each method at, those of its own
+    grid only; each point is a config of its own (its ``init`` records too). None: ``cfg`` as it is."""
     from ...estimators import estimate_all
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -191,64 +222,77 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
     keys, done = [], store.done_keys()
     base_util: dict[str, Any] = {}  # theta_0 is the same for every seed: its utility and features once per call
     base_features: dict[str, np.ndarray] = {}
+    base_validation: dict[str, np.ndarray] = {}  # theta_0's validation features, where the config draws that part
+    calibration: dict[int, dict[str, Any]] = {}  # per seed: gradient norms at theta_0, which no grid key changes
+    validating = ("P", VALIDATION) in data.X
     n_heldout = {t: int(data.X[t, "heldout"].shape[0]) for t in ("P", "H")}
     # the exact estimator's rank rule at the trunk activations' precision (measures.features_rtol), where the config
     # asks for it; None: the float64 default rule of the runs recorded before
     rtol = (features_rtol(max(n_heldout.values()), net.num_features) if cfg.features_precision == "float32"
             else None)
-    for seed in seeds:
-        ident = {m: identity(resolved(cfg), data_id, {"seed": seed, "method": m, "device": "cpu", "dtype": "float64"})
-                 for m in ["init", *methods]}
-        key = {m: f"{cfg.name}/{cfg.protocol}/seed{seed}/{m}.{ident[m]['hash']}" for m in ident}
+    for point, seed in itertools.product(points or [{}], seeds):
+        pcfg = dataclasses.replace(cfg, **point)
+        run_methods = [m for m in methods if not point or point in grid_points(m)]
+        ident = {m: identity(resolved(pcfg), data_id, {"seed": seed, "method": m, "device": "cpu", "dtype": "float64"})
+                 for m in ["init", *run_methods]}
+        key = {m: f"{pcfg.name}/{pcfg.protocol}/seed{seed}/{m}.{ident[m]['hash']}" for m in ident}
         keys += key.values()
         init = next((r for r in store.records() if r["key"] == key["init"]), None)
-        for method in ["init", *methods]:
+        for method in ["init", *run_methods]:
             if key[method] in done:
                 continue
             cpu, wall = time.process_time(), time.perf_counter()
             base = task.theta0(seed)
-            record: dict[str, Any] = {"key": key[method], "task": cfg.name, "protocol": cfg.protocol,
+            record: dict[str, Any] = {"key": key[method], "task": pcfg.name, "protocol": pcfg.protocol,
                                       "seed": seed, "method": method, "identity": ident[method],
                                       "trunk": data.trunk, "trunk_load": {"cpu_s": load_cpu, "wall_s": load_wall}}
             if not base_util:
-                base_util.update(utility(base, data, imagenet_head, cfg), imagenet_agreement=1.0)
-                base_features.update(heldout_features(base, data))
+                base_util.update(utility(base, data, imagenet_head, pcfg), imagenet_agreement=1.0)
+                base_features.update(part_features(base, data))
+            if validating and not base_validation:
+                base_validation.update(part_features(base, data, VALIDATION))
             if method == "init":
-                record["calibration"] = _calibration(task, base, cfg, seed)
+                if seed not in calibration:
+                    calibration[seed] = _calibration(task, base, pcfg, seed)
+                record["calibration"] = calibration[seed]
                 record["utility"] = dict(base_util)
+                if validating:
+                    record["validation"] = validation_measures(base, data, None, pcfg, seed, rtol)
             else:
-                lambdas = run_lambdas(cfg, init["calibration"]["balanced"])
-                run_cfg = dataclasses.replace(cfg, **lambdas)
+                lambdas = run_lambdas(pcfg, init["calibration"]["balanced"])
+                run_cfg = dataclasses.replace(pcfg, **lambdas)
                 model = copy.deepcopy(base)
                 torch.manual_seed(seed)
                 record["lambdas"] = lambdas
-                loader = CombinedLoader(*task.loaders(seed), epoch_on=cfg.epoch_on)
+                loader = CombinedLoader(*task.loaders(seed), epoch_on=pcfg.epoch_on)
                 train = train_config(run_cfg, method)
                 checkpoints = Checkpoints(checkpoint_epochs(train.epochs), len(loader),
-                                          lambda: heldout_features(model, data), base_features, seed,
-                                          cfg.rir_groups, cfg.rir_group_size, rtol)
+                                          lambda: part_features(model, data), base_features, seed,
+                                          pcfg.rir_groups, pcfg.rir_group_size, rtol)
                 record["history"] = immunize(model, method, loader, objective_config(run_cfg, CLASSES), train,
                                              progress=False, on_epoch_end=checkpoints)
                 record["n_steps"] = train.epochs * len(loader)
                 record["checkpoints"] = checkpoints.entries
                 record["displacement"] = displacement(model, base)
-                record["utility"] = utility(model, data, imagenet_head, cfg)
+                record["utility"] = utility(model, data, imagenet_head, pcfg)
                 record["utility"]["imagenet_agreement"] = float(np.mean(
                     np.asarray(record["utility"]["imagenet_top1"]) == np.asarray(base_util["imagenet_top1"])))
-                F0, FI = base_features, heldout_features(model, data)
+                if validating:
+                    record["validation"] = validation_measures(model, data, base_validation, pcfg, seed, rtol)
+                F0, FI = base_features, part_features(model, data)
                 record["estimates"] = {k: e.as_dict() for k, e in estimate_all(F0["P"], F0["H"], FI["P"], FI["H"],
                                                                                seed=seed, rtol=rtol).items()}
                 record["rank_rtol"] = rtol
                 record["singular_values"] = {f"{t}_{w}": singular_values(F[t]) for w, F in (("0", F0), ("I", FI))
                                              for t in ("P", "H")}
-                record["group_spectra"] = group_spectra(F0, FI, groups=cfg.rir_groups,
-                                                        group_size=cfg.rir_group_size, seed=seed)
+                record["group_spectra"] = group_spectra(F0, FI, groups=pcfg.rir_groups,
+                                                        group_size=pcfg.rir_group_size, seed=seed)
                 folder = work / key[method].replace("/", "_")
                 folder.mkdir(parents=True, exist_ok=True)
                 save_npz(folder / "features.npz", P_0=F0["P"], H_0=F0["H"], P_I=FI["P"], H_I=FI["H"])
             del record["utility"]["imagenet_top1"]
             record["cpu_s"], record["wall_s"] = time.process_time() - cpu, time.perf_counter() - wall
-            record["provenance"] = provenance(seed, cfg, device="cpu", dtype="float64", data_label=task.data_label)
+            record["provenance"] = provenance(seed, pcfg, device="cpu", dtype="float64", data_label=task.data_label)
             store.append(record)
             if method == "init":
                 init = record

@@ -14,6 +14,7 @@ from typing import Any
 from ...atomic_io import save_npz, write_text
 from ...deep.methods import CONTROLS, METHOD_LABELS, METHODS
 from .decision import decision_table
+from .grid import grid_points_of
 from ...results import RunStore, format_mean_std, mean_std
 
 ESTIMATORS = ("exact", "groups", "authors")
@@ -110,7 +111,8 @@ def run_and_report(call) -> int:
 
         work = Path(args.work) if args.work else cache_dir() / "table3-real" / "work"
         with store.lock():
-            keys = set(run_real(cfg, store, work, call.seeds, call.methods))
+            points = grid_points_of(call.methods) if args.grid else None
+            keys = set(run_real(cfg, store, work, call.seeds, call.methods, points))
         records = [r for r in store.records() if r["key"] in keys]
     if not records:
         print(f"kappalab reproduce table3: no records of {cfg.name} ({cfg.protocol}) in {store.path}",

@@ -175,7 +175,7 @@ def main(argv: list[str]) -> int:
             save_npy(data_dir / f"{name}.npy", arr)
         data_record = {**data, "rows": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}}
         run_configs = {}
-        # options a one-process run does not name keep its identity (and key) what it was before --processes
+        # a one-process run names no 'processes' option, so runs recorded without the option keep their key
         call_options = {"device": args.device, "dtype": "float64", **eigensolver_option(args.device),
                         "probe_iters": args.probe_iters,
                         "probe_target": args.probe_target, **({"trajectory": True} if args.trajectory else {}),

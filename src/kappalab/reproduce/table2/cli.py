@@ -188,11 +188,10 @@ def check_routes(plan: SweepPlan) -> None:
 
 
 def select_records(plan: SweepPlan, keys: set[str]) -> tuple[list[dict[str, Any]], bool]:
-    """The stored records the report covers, and whether the store is a legacy one.
+    """The stored records the report covers, and whether the store's records carry no run identity.
 
-    A store written with run identities: the records of this plan's keys. A legacy store (records without an
-    ``identity``, written before them; e.g. the committed ``docs/reproduction/table2/...``): its records of the
-    plan's pool and epochs, as the report always read them."""
+    A store with run identities: the records of this plan's keys. A store whose records carry no ``identity``
+    (e.g. the committed ``docs/reproduction/table2/...``): its records of the plan's pool and epochs."""
     records = RunStore(plan.store_path).records()
     if records and all("identity" not in r for r in records):
         return [r for r in records if r["params"].get("pool", 1) == plan.pool
@@ -201,7 +200,7 @@ def select_records(plan: SweepPlan, keys: set[str]) -> tuple[list[dict[str, Any]
 
 
 def check_store(plan: SweepPlan, route: str) -> None:
-    """Refuse to add runs to a store of another kind: one written before run identities, one holding another
+    """Refuse to add runs to a store of another kind: one whose records carry no run identity, one holding another
     spectral route, or spectra computed another way (no silently mixed table)."""
     records = RunStore(plan.store_path).records()
     if any("identity" not in r for r in records):

@@ -55,7 +55,7 @@ def test_counterexample_with_distinct_singular_values_exact():
                       eq10_main_text_reading=main)
 
 
-def test_review_counterexample_rotation_45_degrees_exact():
+def test_eq10_proof_reading_depends_on_the_svd_for_a_45_degree_rotation_exact():
     # Secondary: theta's singular values are equal (1, 1), so its SVD is NOT unique; with U = I, V = theta^T the
     # proof reading gives exactly eig(H) = (4, 1). The headline example above has no such freedom.
     c = sp.sqrt(2) / 2

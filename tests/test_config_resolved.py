@@ -91,11 +91,11 @@ def test_every_shipped_run_config_has_its_hash() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SHA256_BEFORE))
-def test_resolved_is_what_it_was(name: str) -> None:
+def test_shipped_config_resolves_to_its_recorded_hash(name: str) -> None:
     assert _sha256(load_config(name)) == SHA256_BEFORE[name], load_config(name).resolved()
 
 
 @pytest.mark.parametrize("name", sorted(DERIVED))
-def test_derived_resolved_is_what_it_was(name: str) -> None:
+def test_derived_config_resolves_to_its_recorded_hash(name: str) -> None:
     cfg = DERIVED[name]()
     assert _sha256(cfg) == SHA256_DERIVED_BEFORE[name], cfg.resolved()

@@ -134,7 +134,7 @@ def test_unverified_idx_is_named_idx(tmp_path: Path, synthetic) -> None:
     assert data.sha256 == hashlib.sha256(files).hexdigest()
 
 
-def test_legacy_load_mnist(tmp_path: Path, synthetic, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_load_mnist_reads_the_subset_by_default_and_a_folder_of_idx_files(tmp_path: Path, synthetic, monkeypatch: pytest.MonkeyPatch) -> None:
     assert mnist.load_mnist().name == "mnist-subset"
     monkeypatch.setattr(mnist, "OFFICIAL_MD5", _write_idx(tmp_path, synthetic))
     assert mnist.load_mnist(tmp_path, split="test").identity()["rows_per_digit"] == [0, 2, 0, 0, 1, 0, 0, 0, 0, 0]

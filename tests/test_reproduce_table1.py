@@ -56,7 +56,7 @@ PROBE_REL = 1e-10
 
 
 @pytest.mark.parametrize("protocol", ["paper", "official"])
-def test_quick_numbers_are_those_of_the_engine_before_the_refactor(tmp_path, protocol):
+def test_quick_numbers_match_the_recorded_reference_run(tmp_path, protocol):
     """Every number of ``--quick`` (both kappa definitions, the sensitivity block, the probing counts) is what the
     runner before the engine refactor (commit 1680d7b) wrote for the same command (tests/data/table1_quick_reference.json,
     recorded from that commit's ``reproduce table1 --quick`` with OpenBLAS's SkylakeX kernels), up to rounding: each

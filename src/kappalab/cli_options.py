@@ -111,7 +111,7 @@ def data_errors(argument: str) -> Iterator[None]:
 @contextlib.contextmanager
 def _store_notices(prog: str) -> Iterator[None]:
     """Show each :class:`kappalab.results.StoreNotice` as one line ``PROG: MESSAGE`` (no source path); other
-    warnings as before."""
+    warnings through the usual handler."""
     from kappalab.results import StoreNotice
 
     with warnings.catch_warnings():

@@ -185,10 +185,10 @@ def auto_method(device: str) -> str:
 
 
 def eigensolver_option(device: str) -> dict[str, str]:
-    """The eigensolver's part of a run's identity options: none where ``"auto"`` runs LAPACK (the reference: the
-    keys written before the tensor path existed), ``{"eigensolver": "tensor"}`` where it runs the tensor path (CUDA,
-    or anywhere under :func:`forced_method`): the two agree to ~1e-14 per eigenpair, not to the bit, so their runs
-    are different runs."""
+    """The eigensolver's part of a run's identity options: none where ``"auto"`` runs LAPACK (the reference: runs
+    recorded without an eigensolver option keep their keys), ``{"eigensolver": "tensor"}`` where it runs the tensor
+    path (CUDA, or anywhere under :func:`forced_method`): the two agree to ~1e-14 per eigenpair, not to the bit,
+    so their runs are different runs."""
     method = auto_method(device)
     return {} if method == "lapack" else {"eigensolver": method}
 

@@ -50,8 +50,30 @@ def _budget(text: str) -> float:
     return value
 
 
+#: what --help prints above the options (the module docstring and docs/measure.md hold the long account)
+HELP = """RIR_theta0 (Eq. 17) of anyone's model from its features, by three estimators: exact (all samples at once),
+ours by groups (the paper's Sec. 5.2 with the pseudo-inverse kappa) and the authors' (their code's kappa).
+
+Features form: --p0 --h0 --pi --hi, each an N x D .npy of the features of theta_0 (0) or theta_I (i) on D_P (p) or
+D_H (h); row n of --p0 and --pi is the same D_P sample (likewise for D_H). Images form: --model NAME --weights0 F
+--weightsI F --p-images DIR --h-images DIR, a timm model's pooled pre-logit features of every image under each
+folder (needs timm: bash scripts/setup_deep.sh); --save-features DIR writes the four .npy files.
+
+Prints each estimator's term (i), term (ii), RIR and 95% interval, and the best RIR any linear map reaches on
+theta_0's features; --json FILE also writes the inputs' sha256 and the provenance. A one-line warning says when the
+group size is below D (the group estimators then read a slice of the spectrum). Details: docs/measure.md."""
+
+EXAMPLES = """examples:
+  kappalab measure --p0 P0.npy --h0 H0.npy --pi PI.npy --hi HI.npy --json rir.json
+  kappalab measure --p0 docs/measure/p0.npy --h0 docs/measure/h0.npy --pi docs/measure/p0.npy \\
+      --hi docs/measure/hi_x2.npy
+  kappalab measure --model tf_efficientnet_lite0 --weights0 theta0.pth --weightsI thetaI.pth \\
+      --p-images DP_DIR --h-images DH_DIR --save-features FEATURES"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="kappalab measure", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="kappalab measure", description=HELP, epilog=EXAMPLES,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, what in FEATURES:
         p.add_argument(f"--{name}", metavar="F.npy", help=f"features of {what} (N x D .npy)")
     p.add_argument("--model", metavar="NAME", help="a timm model name (the images form)")

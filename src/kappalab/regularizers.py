@@ -24,13 +24,14 @@ Scale. The public functions compute on ``S0 = 2^-e S`` (``e`` even, the largest 
 an exact scaling, see :func:`~kappalab._backend.unit_scale`) and rescale analytically with ``c = 2^e``:
 ``R_well(c S0) = c^2 R_well(S0)``, ``R_ill(c S0) = R_ill(S0) / c^2``, ``grad R_well(c S0) = c grad R_well(S0)``,
 ``grad R_ill(c S0) = grad R_ill(S0) / c^3``. So at any scale of S a result that float64 can represent is returned
-to full accuracy (and bit for bit as before for matrices away from the range ends), and NaN never appears. A result
-whose largest magnitude lies outside float64's normal range is returned as IEEE arithmetic rounds it (inf above, a
-subnormal number or 0 below) with a :class:`~kappalab.errors.FloatRangeWarning`, issued under ``check=True``
-(deciding it needs the result's magnitude and ``e``: one device sync for CUDA tensors; ``e`` itself is found on the
-device, :func:`~kappalab._backend.unit_scaled`). For torch tensors with ``check=False`` (the training hot loop,
-which reads nothing back to the host) the scaling is skipped: S is used as given, as before this normalisation
-existed, so the hot loop's numbers stay what they were.
+to full accuracy (and bit for bit equal to the unscaled computation for matrices away from the range ends), and
+NaN never appears. A result whose largest magnitude lies outside float64's normal range is returned as IEEE
+arithmetic rounds it (inf above, a subnormal number or 0 below) with a
+:class:`~kappalab.errors.FloatRangeWarning`, issued under ``check=True`` (deciding it needs the result's magnitude
+and ``e``: one device sync for CUDA tensors; ``e`` itself is found on the device,
+:func:`~kappalab._backend.unit_scaled`). For torch tensors with ``check=False`` (the training hot loop, which reads
+nothing back to the host) the scaling is skipped: S is used as given, so the hot loop computes the unscaled
+formulas.
 
 Input checks run once per public call, on S itself (their messages show the caller's values), with the namespace
 resolved once and passed down (:mod:`kappalab.validation`); the routes below are told the matrix is checked.
@@ -47,7 +48,7 @@ import numpy as np
 
 from ._backend import Array, as_dtype_of, eps, is_torch, namespace, pow2_range, times_pow2, to_scalars, unit_scaled
 from .errors import FloatRangeWarning, UndefinedRegularizerError
-from .kappa import condition_number  # noqa: F401  (kappa's home is kappa.py; importable here as before)
+from .kappa import condition_number  # noqa: F401  (kappa's home is kappa.py; also importable from here)
 from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique, svd_extremes
 from .validation import matrix_to_decompose, symmetric
 
@@ -88,7 +89,7 @@ def scaled_extremes(S: object, *, rtol: float | None, psd: bool, solver: str, ch
     torch tensor a 0-d tensor on its device, read back with the first check that reports it). The input checks run
     on S itself, so that their messages show the caller's values."""
     S = validated(S, psd=psd, check=check, xp=xp)
-    # a torch hot loop (check=False) computes on S unscaled, as before this normalisation existed
+    # a torch hot loop (check=False) computes on S unscaled (no host sync to find the scale)
     S0, e = unit_scaled(S) if check or xp is np else (S, 0)
     return S0, e, spectrum_of(S0, rtol=rtol, psd=psd, solver=solver, check=check, scale=e, xp=xp)
 

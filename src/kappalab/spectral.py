@@ -63,7 +63,7 @@ from .errors import DegenerateSpectrumError, DegenerateSpectrumWarning
 from .extremes import batched_eigh
 from .iterative import Ends, default_tol_vec, solve_ends
 from .kappa import AUTO_TRIDIAG_MIN_N, check_nonzero, check_psd, rank_rule, resolve_rtol
-from .kappa import default_rtol  # noqa: F401  (the rank rule's default, importable here as before)
+from .kappa import default_rtol  # noqa: F401  (the rank rule's default, also importable from here)
 from .validation import finite, require_values, symmetric
 
 DegeneratePolicy = Literal["raise", "warn", "ignore"]

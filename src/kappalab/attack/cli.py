@@ -37,8 +37,26 @@ FEATURES = (("h0", "theta_0 on D_H"), ("hi", "theta_I on D_H"), ("p0", "theta_0 
 TARGETS = (("yh", "D_H"), ("yp", "D_P"))
 
 
+#: what --help prints above the options (the module docstring and docs/attacks.md hold the long account)
+HELP = """The features form: how much slower does each probe attacker learn the harmful task on theta_I's features than
+on theta_0's?
+
+--h0 / --hi are N x D .npy features of theta_0 / theta_I on the same D_H rows (row n the same sample), --yh their
+targets (length N, or N x C). The rows are split train / validation / test from --seed; each attacker (default:
+every probe attacker) tunes itself on the validation rows for each model. Printed and written per attacker:
+theta_0's loss at the budget, the steps theta_I needs to reach it, whether it did, and the slowdown. With --p0
+--pi --yp (D_P's features and targets) the D_P utility is reported: the least-squares probe's test loss on each
+model's D_P features. Details: docs/attacks.md."""
+
+EXAMPLES = """examples:
+  kappalab attack --h0 H0.npy --hi HI.npy --yh YH.npy
+  kappalab attack --h0 H0.npy --hi HI.npy --yh YH.npy --p0 P0.npy --pi PI.npy --yp YP.npy --json attack.json
+  kappalab attack --h0 H0.npy --hi HI.npy --yh YH.npy --attackers gd,adam,solve --budget 200"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="kappalab attack", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="kappalab attack", description=HELP, epilog=EXAMPLES,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, what in FEATURES:
         p.add_argument(f"--{name}", metavar="F.npy", help=f"features of {what} (N x D .npy)")
     for name, what in TARGETS:

@@ -35,7 +35,7 @@ __all__ = ["CONFIG_DIR", "EXTRA_NAMES", "IDENTITY_WHEN_SET", "Extras", "FIELDS",
 def _extra(default: Any, reason: str, identity_when_set: bool = False) -> Any:
     """A field of :class:`Extras`: its default (when a config omits it) and what it means. ``identity_when_set``:
     the value enters a run's identity (:meth:`MethodConfig.resolved`) only when it differs from the default, so
-    declaring it leaves every earlier run's identity as it was."""
+    runs that keep the default keep their identity."""
     return field(default=default, metadata={"reason": reason, "identity_when_set": identity_when_set})
 
 

@@ -21,7 +21,7 @@
 Spectral route (config ``extra.spectral_route``, default ``"dense"``; "gram" and "features": official protocol only;
 "closed_form": paper protocol only, see :mod:`kappalab.immunization.paper_step`)
     ``"dense"``: ``eigvalsh`` of the ``D x D`` S and a ``D x D`` Cholesky solve per preconditioned term (Table 1,
-    and every run recorded before the option existed). ``"gram"`` (Table 2's configs): when a batch has
+    and every run recorded without the option). ``"gram"`` (Table 2's configs): when a batch has
     ``N < D`` rows, :meth:`OfficialProtocol.gram` returns a :class:`~kappalab.immunization.spectra.FeatureGram`
     (spectra of the ``N x N`` ``Phi Phi^T``; no ``D x D`` eigenproblem, S never formed) and the preconditioner is
     :func:`~kappalab.immunization.woodbury.woodbury_precondition` (one ``N x N`` Cholesky per batch and task). Equal to the dense route up to

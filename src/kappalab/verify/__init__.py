@@ -17,6 +17,7 @@ Returns nonzero if any test failed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -112,16 +113,37 @@ def checks_dir(given: str | None = None) -> Path | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    from kappalab.cli_options import RESULTS, Parser, check_out
+#: what --help prints above the options (the module docstring and docs/theory.md hold the long account)
+HELP = """Run the claim checks (pytest on proofs_checks) and write verdicts.md and verdicts.json (default folder
+results/verify; the committed docs/verdicts.* are rewritten only with --out-dir docs). A claim whose tests failed
+gets the verdict "check failed", never the registry's; a pytest run that did not complete writes no verdicts.
+Needs pytest and hypothesis (pip install 'kappalab[test]'); the exit status is nonzero if any check failed.
+Details: docs/theory.md."""
 
-    parser = Parser(prog="kappalab verify", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", choices=["ci", "deep"], default="ci")
+EXAMPLES = """examples:
+  kappalab verify
+  kappalab verify --profile deep --out-dir results/verify_deep
+  kappalab verify --out-dir docs"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kappalab.cli_options import RESULTS, Parser
+
+    parser = Parser(prog="kappalab verify", description=HELP, epilog=EXAMPLES,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=["ci", "deep"], default="ci",
+                        help="hypothesis profile: ci, derandomized (default); deep, randomized with many more examples")
     parser.add_argument("--out-dir", type=Path, default=RESULTS / "verify",
                         help="folder for verdicts.md / verdicts.json (default results/verify)")
     parser.add_argument("--checks", default=None, metavar="DIR",
                         help="the proofs_checks folder to run (default: the checkout's, else the installed one)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kappalab.cli_options import check_out
+
+    args = build_parser().parse_args(argv)
     missing = [name for name in ("pytest", "hypothesis") if importlib.util.find_spec(name) is None]
     if missing:
         print(f"kappalab verify: error: {' and '.join(missing)} not installed; verify runs the claim checks with "

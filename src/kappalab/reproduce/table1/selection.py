@@ -13,7 +13,7 @@ Runs of ``--processes N`` write ``selection_ddp<N>.*`` and ``trajectories_ddp<N>
 Variants (:data:`VARIANTS`): ``paper`` selects and reports on all rows (what App. C.2 describes), ``validation``
 selects on the validation half and reports on the held-out half, ``test_on_test`` selects and reports on the
 held-out half: ``test_on_test - validation`` is the selection's own optimism on the same rows, ``paper -
-validation`` the gap the issue asks for (it also contains the change of rows).
+validation`` the gap between App. C.2's selection and a held-out one (it also contains the change of rows).
 """
 
 from __future__ import annotations

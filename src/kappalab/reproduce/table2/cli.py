@@ -27,11 +27,27 @@ from .spectra import SPECTRA_METHOD
 PROG = "kappalab reproduce table2"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import __doc__ as doc
+#: what --help prints above the options (the package docstring and docs/reproduction/table2.md hold the long account)
+HELP = """Table 2 and Figure 2: a 784 x 784 linear extractor immunized on every ordered MNIST digit pair (D_P = digit a,
+D_H = digit b) by the four methods, under the authors' code's protocol (official, the default) or the paper's.
 
-    parser = Parser(prog=PROG, description=(doc or "").split("\n\n")[0])
-    parser.add_argument("--protocol", choices=PROTOCOLS, default="official")
+Every (protocol, method, pair, seed) is one record in OUT/runs_<protocol>.jsonl keyed by its run identity, with
+its spectra in OUT/spectra/; finished runs are never redone, and the report (markdown, CSV, JSON, Figure 2) is
+rebuilt from the records alone (--report-only). A sweep splits into shards (--shard K/N) merged with --merge, or
+runs as a submitit job array (--launcher). --trajectory records (i), (ii) and RIR per epoch on full MNIST for
+App. C.2's learning-rate x epoch selection. Details: docs/reproduction/table2.md."""
+
+EXAMPLES = """examples:
+  kappalab reproduce table2 --quick
+  kappalab reproduce table2 --protocol official --workers 2
+  kappalab reproduce table2 --protocol official --report-only --out docs/reproduction/table2/features
+  kappalab reproduce table2 --protocol paper --trajectory --every 3 --pairs 0-1 --seeds 0 --etas 0.001"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog=PROG, description=HELP, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="official",
+                        help="official: the authors' public code as read (default); paper: Alg. 1 as stated")
     parser.add_argument("--pairs", default=None, help="a-b,... or 'all' (default: all; --quick: 0-1,7-3)")
     parser.add_argument("--seeds", default=None, help="comma-separated seeds >= 0 (default 0,1,2; --quick: 0)")
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
@@ -172,11 +188,10 @@ def check_routes(plan: SweepPlan) -> None:
 
 
 def select_records(plan: SweepPlan, keys: set[str]) -> tuple[list[dict[str, Any]], bool]:
-    """The stored records the report covers, and whether the store is a legacy one.
+    """The stored records the report covers, and whether the store's records carry no run identity.
 
-    A store written with run identities: the records of this plan's keys. A legacy store (records without an
-    ``identity``, written before them; e.g. the committed ``docs/reproduction/table2/...``): its records of the
-    plan's pool and epochs, as the report always read them."""
+    A store with run identities: the records of this plan's keys. A store whose records carry no ``identity``
+    (e.g. the committed ``docs/reproduction/table2/...``): its records of the plan's pool and epochs."""
     records = RunStore(plan.store_path).records()
     if records and all("identity" not in r for r in records):
         return [r for r in records if r["params"].get("pool", 1) == plan.pool
@@ -185,7 +200,7 @@ def select_records(plan: SweepPlan, keys: set[str]) -> tuple[list[dict[str, Any]
 
 
 def check_store(plan: SweepPlan, route: str) -> None:
-    """Refuse to add runs to a store of another kind: one written before run identities, one holding another
+    """Refuse to add runs to a store of another kind: one whose records carry no run identity, one holding another
     spectral route, or spectra computed another way (no silently mixed table)."""
     records = RunStore(plan.store_path).records()
     if any("identity" not in r for r in records):

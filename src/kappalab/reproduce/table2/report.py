@@ -27,7 +27,7 @@ _pm = format_mean_std  #: "mean ± std" of a (mean, std) pair, the one conventio
 
 
 def label_of(key: str) -> str:
-    """A run key without its identity hash (records written before run identities have no hash)."""
+    """A run key without its identity hash (a record without a run identity has no hash)."""
     return _HASH.sub("", key)
 
 
@@ -129,7 +129,7 @@ def write_report(plan: "SweepPlan", records: list[dict[str, Any]], n_expected: i
 
 
 def record_route(record: dict[str, Any]) -> str:
-    """The spectral route a stored run used (records written before the field existed used "dense")."""
+    """The spectral route a stored run used (a record without the field ran the "dense" route)."""
     return (record.get("result") or {}).get("spectral_route", "dense")
 
 

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
 
 def run_label(protocol: str, method: str, a: int, b: int, seed: int, epochs: int, pool: int = 1) -> str:
-    """The readable part of a run's key (the key adds the identity hash; records written before run identities
-    have this label alone as their key)."""
+    """The readable part of a run's key (the key adds the identity hash; a record without a run identity has this
+    label alone as its key)."""
     return f"{protocol}.{method}.{a}-{b}.s{seed}.e{epochs}" + ("" if pool == 1 else f".p{pool}")
 
 
@@ -152,8 +152,8 @@ def batched_runs(device: str, batch_size: int):
 
 
 def identity_options(engine: str) -> dict[str, str]:
-    """The engine's part of a run's identity options: none for the single engine (the reference: its keys are the
-    ones written before the batched engine existed), ``{"engine": "batched"}`` for the batched one (:mod:`.engine`'s
+    """The engine's part of a run's identity options: none for the single engine (the reference: runs recorded
+    without an engine option keep their keys), ``{"engine": "batched"}`` for the batched one (:mod:`.engine`'s
     docstring)."""
     if engine not in ENGINES[1:]:
         raise ValueError(f"engine must be 'single' or 'batched', got {engine!r}")

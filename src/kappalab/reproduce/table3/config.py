@@ -150,8 +150,8 @@ _REQUIRED = tuple(f.name for f in fields(Table3Config) if f.default is MISSING a
 OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES if n != "protocol"},
                                "search": {k: None for k in SEARCH_KEYS},
                                "per_class": {k: None for k in (*PARTS, VALIDATION)}}
-#: fields added with the protocols and the real-network rows: a run's identity holds them only where they differ from
-#: these values, so the run keys of the configs that do not use them are those of the records written before
+#: fields of the protocols and the real-network rows: a run's identity holds them only where they differ from these
+#: values, so a config that does not use them keeps the run keys of the records made without these fields
 IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_eval", "pretrain_data": None,
                                      "trunk_cut": None, "image_size": None, "per_class": None,
                                      "split_seed_real": None, "head_l2": None, "probe_target_loss": None,

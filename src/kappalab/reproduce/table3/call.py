@@ -105,7 +105,7 @@ def _run(call) -> int:
             return 0  # tables and figures are rank 0's
         wanted = {key for key, _ in keys.values()}
         records = [r for r in store.records() if r["key"] in wanted]
-    elif legacy:  # a store written before run identities (e.g. the committed docs/reproduction/table3)
+    elif legacy:  # a store whose records carry no run identity (e.g. the committed docs/reproduction/table3)
         records = [r for r in stored if r["seed"] in seeds]
     else:
         records = [r for r in stored if r.get("identity", {}).get("config") == to_jsonable(resolved(cfg))

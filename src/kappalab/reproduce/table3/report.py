@@ -31,7 +31,7 @@ def aggregate(records: list[dict[str, Any]], out: Path, title: str, suffix: str 
     for r in records:
         by.setdefault(r["method"], []).append(r)
     seeds = sorted({r["seed"] for r in records})
-    # records written before the authors' kappa estimator was added hold ours ("rir") only
+    # records without the authors' kappa estimator hold ours ("rir") only
     both = all("rir_authors" in r for r in records if r["method"] != "init")
     lines = [f"### {title.replace(chr(10), '; ')}", "", f"Seeds: {seeds} (mean ± sample std over seeds). Eq. 17 "
              "estimated as in the paper (mean over random groups of training samples) and exact (all training "

@@ -116,3 +116,23 @@ def test_norm_statistics_are_re_estimated_on_the_given_inputs():
     assert torch.allclose(bn.running_mean, torch.stack([b.mean(0) for b in batches]).mean(0), rtol=1e-12)
     assert torch.allclose(bn.running_var, torch.stack([b.var(0) for b in batches]).mean(0), rtol=1e-12)
     assert torch.equal(lin.weight, weight) and bn.momentum == 0.1 and model.training
+
+
+def test_a_checkpoint_records_the_estimators_and_the_measures_at_its_step():
+    from kappalab.reproduce.table3.measures import Checkpoints
+
+    rng = np.random.default_rng(0)
+    F0 = {t: rng.standard_normal((40, 6)) for t in ("P", "H")}
+    FI = {t: F @ np.diag([1, 1, 1, 1, 1, 1e-2]) for t, F in F0.items()}
+    calls = []
+    cp = Checkpoints((2, 4), 13, lambda: FI, F0, seed=0, groups=3, group_size=20, rtol=None,
+                     measures=lambda: calls.append(1) or {"dp_test_acc": 0.5})
+    for epoch in range(1, 5):
+        cp(epoch, {"task": float(epoch)})
+    assert [c["step"] for c in cp.entries] == [26, 52] and len(calls) == 2
+    assert all(c["dp_test_acc"] == 0.5 for c in cp.entries) and cp.entries[1]["train_terms"] == {"task": 4.0}
+    # the exact estimator in plain NumPy at the default rank rule max(N, D) eps (well inside: s_min / s_1 ~ 1e-2)
+    k = {(t, w): _kappa_from_singular_values(np.linalg.svd(F[t], compute_uv=False), 40 * np.finfo(float).eps)
+         for w, F in (("0", F0), ("I", FI)) for t in ("P", "H")}
+    exact = (k["H", "I"] / k["H", "0"]) / (k["P", "I"] / k["P", "0"])
+    assert cp.entries[0]["estimates"]["exact"]["rir"] == pytest.approx(exact, rel=1e-9)

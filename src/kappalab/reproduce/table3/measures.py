@@ -64,7 +64,8 @@ def displacement(model: nn.Module, base: nn.Module) -> dict[str, float]:
 class Checkpoints:
     """``on_epoch_end`` callback of :func:`kappalab.deep.immunize`: at each epoch of ``at``, the three estimators'
     terms on the held-out features of the model in training (``features()`` gives ``{"P", "H"}``), against
-    theta_0's ``F0``; ``entries`` holds one dict per checkpoint with its epoch and optimizer step."""
+    theta_0's ``F0``, and what ``measures()`` returns (e.g. D_P accuracy); ``entries`` holds one dict per
+    checkpoint with its epoch and optimizer step."""
 
     at: tuple[int, ...]
     steps_per_epoch: int
@@ -74,6 +75,7 @@ class Checkpoints:
     groups: int
     group_size: int
     rtol: float
+    measures: Callable[[], dict[str, Any]] | None = None
     entries: list[dict[str, Any]] = field(default_factory=list)
 
     def __call__(self, epoch: int, terms: dict[str, float]) -> None:
@@ -84,7 +86,8 @@ class Checkpoints:
                            group_size=self.group_size, n_boot=200, n_boot_exact=0, rtol=self.rtol)
         self.entries.append({"epoch": epoch, "step": epoch * self.steps_per_epoch, "train_terms": dict(terms),
                              "estimates": {k: {"term_i": e.term_i, "term_ii": e.term_ii, "rir": e.rir}
-                                           for k, e in est.items()}})
+                                           for k, e in est.items()},
+                             **(self.measures() if self.measures else {})})
 
 
 def checkpoint_epochs(epochs: int, count: int = 4) -> tuple[int, ...]:

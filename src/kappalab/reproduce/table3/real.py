@@ -16,7 +16,7 @@
 * Every method record holds the three RIR estimators (:func:`kappalab.estimators.estimate_all` on the held-out
   features of theta_0 and theta_I; the rank rule at ``features_precision``), the singular values of the four held-out
   feature matrices and of every group the group estimators read (``group_spectra``), the estimators' terms at four
-  checkpoints of training (``checkpoints``), the optimizer steps (``n_steps``), each module's relative displacement
+  checkpoints of training (``checkpoints``, with the D_P head's test accuracy there), the optimizer steps (``n_steps``), each module's relative displacement
   (``displacement``; :mod:`.measures`), and utility measured without kappa (:func:`utility`); the held-out
   features themselves are kept under the work folder
   (``features.npz``), from which ``experiments/table3_real_store.py`` builds the committed store.
@@ -200,6 +200,16 @@ def validation_measures(model: ImmunizableModel, data: RealData, F0: dict[str, n
     return out
 
 
+def checkpoint_measures(model: ImmunizableModel, data: RealData, F0_validation: dict[str, np.ndarray],
+                        cfg: Table3Config, seed: int, rtol: float | None) -> dict[str, Any]:
+    """Recorded at every checkpoint besides the estimators: the model's D_P head accuracy on the test part, and
+    the validation measures where the config draws that part (``F0_validation``: theta_0's features there)."""
+    out: dict[str, Any] = {"dp_test_acc": accuracy(model, (data.X["P", "test"], data.y["P", "test"]))}
+    if F0_validation:
+        out["validation"] = validation_measures(model, data, F0_validation, cfg, seed, rtol)
+    return out
+
+
 def singular_values(F: np.ndarray) -> list[float]:
     """Singular values of a feature matrix, descending (the exact estimator's input, stored per run)."""
     return np.linalg.svd(F, compute_uv=False).tolist()
@@ -268,7 +278,8 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
                 train = train_config(run_cfg, method)
                 checkpoints = Checkpoints(checkpoint_epochs(train.epochs), len(loader),
                                           lambda: part_features(model, data), base_features, seed,
-                                          pcfg.rir_groups, pcfg.rir_group_size, rtol)
+                                          pcfg.rir_groups, pcfg.rir_group_size, rtol,
+                                          lambda: checkpoint_measures(model, data, base_validation, pcfg, seed, rtol))
                 record["history"] = immunize(model, method, loader, objective_config(run_cfg, CLASSES), train,
                                              progress=False, on_epoch_end=checkpoints)
                 record["n_steps"] = train.epochs * len(loader)

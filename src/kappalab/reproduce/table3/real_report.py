@@ -84,15 +84,16 @@ def real_table(records: list[dict[str, Any]], title: str) -> str:
 
 def checkpoint_table(records: list[dict[str, Any]]) -> str:
     """Markdown: each method run's three estimators of RIR, and the group estimator's terms, at its checkpoints
-    (``checkpoints``: epoch ends spread over training), with D_P head accuracy at the end."""
-    lines = ["| Method | seed | step | RIR ours (groups) | (i) | (ii) | RIR authors' | RIR exact |",
-             "|---|---|---|---|---|---|---|---|"]
+    (``checkpoints``: epoch ends spread over training), with the D_P head's test accuracy there where recorded."""
+    lines = ["| Method | seed | step | RIR ours (groups) | (i) | (ii) | RIR authors' | RIR exact | D_P acc. (%) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         for c in r.get("checkpoints", []):
             e = c["estimates"]
+            acc = f"{100 * c['dp_test_acc']:.1f}" if "dp_test_acc" in c else "not recorded"
             lines.append(f"| {METHOD_LABELS[r['method']]} | {r['seed']} | {c['step']} | {e['groups']['rir']:.3g} | "
                          f"{e['groups']['term_i']:.3g} | {e['groups']['term_ii']:.3g} | {e['authors']['rir']:.3g} | "
-                         f"{e['exact']['rir']:.3g} |")
+                         f"{e['exact']['rir']:.3g} | {acc} |")
     return "\n".join(lines) + "\n"
 
 

@@ -40,10 +40,12 @@ def stores() -> dict[str, list[dict]]:
 
 
 def probe_curves(records: list[dict]) -> dict[str, list[list[float]]]:
-    """Figure 3's curves of one store: theta_0 (``"init"``), the controls, then the methods, one curve per seed."""
+    """Figure 3's curves of one store: theta_0 (``"init"``), the controls, then the methods, one curve per seed
+    (diverged runs have none)."""
     by: dict[str, list[list[float]]] = {}
     for r in records:
-        by.setdefault(r["method"], []).append(r["utility"]["probe_curve"])
+        if "diverged" not in r:  # a diverged run has no probe curve
+            by.setdefault(r["method"], []).append(r["utility"]["probe_curve"])
     return {m: by[m] for m in ("init", *CONTROLS, *METHODS) if m in by}
 
 

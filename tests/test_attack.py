@@ -143,3 +143,24 @@ def test_scope_group_of_identical_extractors_has_slowdown_one() -> None:
     assert by[("ours", "gd")]["slowdown"]["direct"]["100"]["slowdown"] == 1.0
     assert by[("ours", "solve")]["slowdown"]["direct"]["100"]["slowdown"] == 0.01
     assert by[("direct", "gd")]["slowdown"] == {}  # a reference is not compared with itself
+
+
+def test_scope_attacks_a_deep_model_from_its_features_alone() -> None:
+    """A feature-only model (a deep extractor's D_H features, no theta) is attacked like a linear one: features
+    with kappa 1e6 against a reference's of 4 (the same column space) slow gradient descent by more than 10x at
+    budget 100 and a least-squares solve not at all; an attacker that changes the extractor is refused."""
+    from kappalab.attack.scope import Group, ModelSpec, run_group
+
+    F_ref, Y = _features(120, 6, 4.0, 7)
+    U, s, Vt = np.linalg.svd(F_ref, full_matrices=False)
+    F_ill = U @ np.diag(np.sqrt(np.geomspace(1e6, 1.0, 6))) @ Vt
+    pixels = np.random.default_rng(8).standard_normal((120, 5))
+    group = Group("t3", 0, "d", pixels, Y[:, 0], (ModelSpec("ours", None, "immunized", "k", 9.0, features=F_ill),
+                                                 ModelSpec("init", None, "reference", features=F_ref)))
+    records, _ = run_group(group, ("gd", "solve"), log=lambda line: None)
+    by = {(r["method"], r["attacker"]): r["slowdown"].get("init", {}).get("100") for r in records}
+    gd, solve = by[("ours", "gd")], by[("ours", "solve")]
+    assert not gd["reached"] or gd["slowdown"] >= 10
+    assert solve["reached"] and solve["slowdown"] <= 2
+    with pytest.raises(ValueError, match="finetune change the extractor"):
+        run_group(group, ("gd", "finetune"), log=lambda line: None)

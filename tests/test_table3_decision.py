@@ -55,3 +55,15 @@ def test_the_table_states_the_rule_and_lists_controls_first():
     assert lines[0].startswith("Verdict (group estimator, fixed before the runs)")
     methods = [line.split(" | ")[1] for line in lines if line.startswith("| D_P")]
     assert methods == ["Oracle (control)", "Task only (control)", "Ours"]
+
+
+def test_a_diverged_seed_makes_the_verdict_diverged_and_the_others_still_count():
+    store = _store(10.0, (5.0, 4.0, 6.0))
+    store[3] = {**{k: v for k, v in store[3].items() if k not in ("estimates", "utility")},
+                "diverged": "FloatingPointError: ours: non-finite loss during epoch 15"}
+    rows = {row.method: row for row in decide(store)}
+    assert rows["ours"].verdict == "diverged (1 of 3 seeds)" and rows["ours"].n == 3
+    assert rows["ours"].rir["groups"] == 5.0  # the two seeds that finished
+    alone = [r for r in store if r["method"] != "ours" or "diverged" in r]
+    row = {row.method: row for row in decide(alone)}["ours"]
+    assert row.verdict == "diverged (1 of 1 seeds)" and row.rir["groups"] != row.rir["groups"]  # NaN: none finished

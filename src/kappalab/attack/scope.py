@@ -40,13 +40,16 @@ REFERENCES = ("direct", "init", "random")
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One extractor of a group: an immunized theta_I (``role`` "immunized") or a reference."""
+    """One extractor of a group: an immunized theta_I (``role`` "immunized") or a reference; a linear one
+    (``theta``: its features are ``X theta``) or a deep one given by its D_H features alone (``features``, the rows
+    of ``X``; the probe attackers only)."""
 
     method: str  #: a method of the table, or a reference name of :data:`REFERENCES`
-    theta: np.ndarray
+    theta: np.ndarray | None
     role: str  #: "immunized" or "reference"
     run_key: str | None = None  #: the run identity theta_I was regenerated from
     rir: float | None = None  #: its recorded RIR (Eq. 15 / 17), for the rank correlation
+    features: np.ndarray | None = None  #: the D_H features of a deep extractor (``theta`` None)
 
     @property
     def id(self) -> str:
@@ -79,7 +82,12 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
     inputs = Split.of(group.X, group.y, group.seed)
     # one Model per extractor, so its probe attackers share one SVD (Model.factor)
     models = {spec.id: Model(Split.of(group.X @ spec.theta, group.y, group.seed), inputs, spec.theta)
+              if spec.features is None else Model(Split.of(spec.features, group.y, group.seed))
               for spec in group.models}
+    deep = [spec.id for spec in group.models if spec.features is not None]
+    changing = [name for name in attackers if known[name].changes_extractor]
+    if deep and changing:
+        raise ValueError(f"{', '.join(changing)} change the extractor: not for the feature-only models {deep}")
     records, curves = [], {}
     for name in attackers:
         runs: dict[str, Run] = {}

@@ -30,10 +30,14 @@ import torch
 from torch import nn
 
 from ..atomic_io import torch_save
-from ..errors import DegenerateSpectrumWarning
+from ..errors import DegenerateSpectrumWarning, UndefinedRegularizerError
 from .loader import CombinedLoader
 from .methods import ObjectiveConfig, objective_terms, weighted_loss
 from .model import ImmunizableModel
+
+#: what :func:`immunize` raises when a run diverges (a non-finite loss, R_ill undefined, a failed factorisation):
+#: a result of the setting, recorded as such by the sweeps, not a fault
+DIVERGED: tuple[type[Exception], ...] = (FloatingPointError, UndefinedRegularizerError, torch.linalg.LinAlgError)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ The rule (:data:`RULE`, printed above the table) reads the paper's group estimat
 * **"immunizes"** when the method's interval lies above task_only's interval and above :data:`IMMUNIZES_ABOVE`, with
   utility kept;
 * **"does not immunize here"** otherwise;
-* **"utility lost"** when D_P accuracy fell by more than :data:`UTILITY_POINTS` points on some seed.
+* **"utility lost"** when D_P accuracy fell by more than :data:`UTILITY_POINTS` points on some seed;
+* **"diverged"** when the training of some seed diverged (a non-finite loss: the run's record says when).
 
 A method run at several settings is read at the one :func:`.grid.selected` chose on the validation part.
 
@@ -31,7 +32,7 @@ RULE = (f"Verdict (group estimator, fixed before the runs): **immunizes** when a
         f"task_only's and above {IMMUNIZES_ABOVE:g} with D_P accuracy within {UTILITY_POINTS:g} points of theta_0's on "
         f"every seed; **the measure cannot be moved here** when the oracle control's RIR stays below "
         f"{ORACLE_FLOOR:g}; otherwise **does not immunize here** (**utility lost** when D_P accuracy fell by more "
-        f"than {UTILITY_POINTS:g} points).")
+        f"than {UTILITY_POINTS:g} points; **diverged** when the training of some seed diverged).")
 
 
 @dataclass(frozen=True)
@@ -48,15 +49,17 @@ class Row:
 
 
 def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float], chosen: bool) -> Row:
-    rir, interval = {}, {}
+    """The row of a method's records; diverged runs count in n but have no estimates (NaN where none finished)."""
+    finished = [r for r in records if "diverged" not in r]
+    rir, interval, nan = {}, {}, float("nan")
     for est in ("exact", "groups", "authors"):
-        values = [r["estimates"][est]["rir"] for r in records]
-        cis = [r["estimates"][est].get("ci95") or (r["estimates"][est]["rir"],) * 2 for r in records]
-        rir[est] = sum(values) / len(values)
-        interval[est] = (min(c[0] for c in cis), max(c[1] for c in cis))
+        values = [r["estimates"][est]["rir"] for r in finished]
+        cis = [r["estimates"][est].get("ci95") or (r["estimates"][est]["rir"],) * 2 for r in finished]
+        rir[est] = sum(values) / len(values) if values else nan
+        interval[est] = (min(c[0] for c in cis), max(c[1] for c in cis)) if cis else (nan, nan)
     # accuracies are fractions of a few hundred test images: rounded to 1e-9 points, so that a drop of exactly the
     # limit (e.g. 10 of 500 images, 2 points) is not turned into a loss by the subtraction's rounding
-    drop = round(max(100 * (init_acc[r["seed"]] - r["utility"]["dp_test_acc"]) for r in records), 9)
+    drop = round(max((100 * (init_acc[r["seed"]] - r["utility"]["dp_test_acc"]) for r in finished), default=nan), 9)
     eta, multiple = setting_of(records[0])
     setting = (f"{eta:g}" if method in NO_LAMBDA else f"{eta:g}, x{multiple:g}") + (" (selected)" if chosen else "")
     return Row(method, len(records), rir, interval, drop, setting)
@@ -72,10 +75,13 @@ def decide(records: list[dict[str, Any]]) -> list[Row]:
         if r["method"] != "init" and r["seed"] in init_acc:
             by.setdefault(r["method"], []).append(r)
     rows = {m: _row(m, by[m], init_acc, m in choices) for m in (*CONTROLS, *METHODS) if m in by}
+    failed = {m: sum("diverged" in r for r in rs) for m, rs in by.items()}
     oracle, null = rows.get("oracle"), rows.get("task_only")
     out = []
     for m, row in rows.items():
-        if row.accuracy_drop > UTILITY_POINTS:
+        if failed[m]:
+            verdict = f"diverged ({failed[m]} of {row.n} seeds)"
+        elif row.accuracy_drop > UTILITY_POINTS:
             verdict = "utility lost"
         elif m in CONTROLS:
             verdict = "control"

@@ -31,7 +31,7 @@ import copy
 import dataclasses
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from ...atomic_io import save_npz
 from ...deep import CombinedLoader, ImmunizableModel, accuracy, extract_features, immunize, linear_probe_curve
 from ...deep.metrics import probe_iterations_to_loss
 from ...deep.task import Task
+from ...deep.train import DIVERGED
 from ...provenance import provenance
 from ...results import RunStore
 from ..identity import identity
@@ -215,31 +216,96 @@ def singular_values(F: np.ndarray) -> list[float]:
     return np.linalg.svd(F, compute_uv=False).tolist()
 
 
+@dataclass
+class Theta0:
+    """What a call measures of theta_0 once (it is the same for every seed and setting): its utility, its held-out
+    features and, where the config draws the validation part, its validation features."""
+
+    utility: dict[str, Any] = field(default_factory=dict)
+    features: dict[str, np.ndarray] = field(default_factory=dict)
+    validation: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One call's fixed inputs: the data, the task, the ImageNet head, the exact estimator's rank rule, the work
+    folder, and theta_0's measures."""
+
+    data: RealData
+    task: Task
+    imagenet_head: nn.Module
+    rtol: float | None
+    work: Path
+    theta0: Theta0
+
+    @property
+    def validating(self) -> bool:
+        return ("P", VALIDATION) in self.data.X
+
+
+def method_record(bench: Bench, cfg: Table3Config, method: str, seed: int, key: str, balanced: dict[str, float],
+                  base: ImmunizableModel) -> dict[str, Any]:
+    """A method run's measured fields (the module docstring); a run whose training diverges (:data:`DIVERGED`)
+    is recorded with ``diverged`` (what was raised, and when) and its checkpoints so far, nothing measured after."""
+    from ...estimators import estimate_all
+
+    data, rtol, theta0 = bench.data, bench.rtol, bench.theta0
+    lambdas = run_lambdas(cfg, balanced)
+    run_cfg = dataclasses.replace(cfg, **lambdas)
+    model = copy.deepcopy(base)
+    torch.manual_seed(seed)
+    loader = CombinedLoader(*bench.task.loaders(seed), epoch_on=cfg.epoch_on)
+    train = train_config(run_cfg, method)
+    checkpoints = Checkpoints(checkpoint_epochs(train.epochs), len(loader), lambda: part_features(model, data),
+                              theta0.features, seed, cfg.rir_groups, cfg.rir_group_size, rtol,
+                              lambda: checkpoint_measures(model, data, theta0.validation, cfg, seed, rtol))
+    out: dict[str, Any] = {"lambdas": lambdas, "n_steps": train.epochs * len(loader)}
+    try:
+        out["history"] = immunize(model, method, loader, objective_config(run_cfg, CLASSES), train, progress=False,
+                                  on_epoch_end=checkpoints)
+    except DIVERGED as error:
+        out["diverged"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+        out["checkpoints"] = checkpoints.entries
+        return out
+    out["checkpoints"] = checkpoints.entries
+    out["displacement"] = displacement(model, base)
+    out["utility"] = utility(model, data, bench.imagenet_head, cfg)
+    out["utility"]["imagenet_agreement"] = float(np.mean(
+        np.asarray(out["utility"].pop("imagenet_top1")) == np.asarray(theta0.utility["imagenet_top1"])))
+    if bench.validating:
+        out["validation"] = validation_measures(model, data, theta0.validation, cfg, seed, rtol)
+    F0, FI = theta0.features, part_features(model, data)
+    out["estimates"] = {k: e.as_dict() for k, e in estimate_all(F0["P"], F0["H"], FI["P"], FI["H"], seed=seed,
+                                                               rtol=rtol).items()}
+    out["rank_rtol"] = rtol
+    out["singular_values"] = {f"{t}_{w}": singular_values(F[t]) for w, F in (("0", F0), ("I", FI))
+                              for t in ("P", "H")}
+    out["group_spectra"] = group_spectra(F0, FI, groups=cfg.rir_groups, group_size=cfg.rir_group_size, seed=seed)
+    folder = bench.work / key.replace("/", "_")
+    folder.mkdir(parents=True, exist_ok=True)
+    save_npz(folder / "features.npz", P_0=F0["P"], H_0=F0["H"], P_I=FI["P"], H_I=FI["H"])
+    return out
+
+
 def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], methods: list[str],
              points: list[dict[str, float]] | None = None) -> list[str]:
     """Run every missing ``init`` and method record of ``cfg``'s direction and protocol; returns their keys.
 
     ``points``: settings (``--set`` overrides of :func:`.grid.grid_points`) to run each method at, those of its own
     grid only; each point is a config of its own (its ``init`` records too). None: ``cfg`` as it is."""
-    from ...estimators import estimate_all
-
     cpu0, wall0 = time.process_time(), time.perf_counter()
     net, data = load_real_data(cfg)
     load_cpu, load_wall = time.process_time() - cpu0, time.perf_counter() - wall0
     task = build_task(net, data, cfg)
-    imagenet_head = copy.deepcopy(net.classifier).requires_grad_(False)
-    data_id = data.identity(cfg)
-    keys, done = [], store.done_keys()
-    base_util: dict[str, Any] = {}  # theta_0 is the same for every seed: its utility and features once per call
-    base_features: dict[str, np.ndarray] = {}
-    base_validation: dict[str, np.ndarray] = {}  # theta_0's validation features, where the config draws that part
-    calibration: dict[int, dict[str, Any]] = {}  # per seed: gradient norms at theta_0, which no grid key changes
-    validating = ("P", VALIDATION) in data.X
     n_heldout = {t: int(data.X[t, "heldout"].shape[0]) for t in ("P", "H")}
     # the exact estimator's rank rule at the trunk activations' precision (measures.features_rtol), where the config
     # asks for it; None: the float64 default rule of the runs recorded before
     rtol = (features_rtol(max(n_heldout.values()), net.num_features) if cfg.features_precision == "float32"
             else None)
+    bench = Bench(data, task, copy.deepcopy(net.classifier).requires_grad_(False), rtol, work, Theta0())
+    data_id = data.identity(cfg)
+    keys, done = [], store.done_keys()
+    calibration: dict[int, dict[str, Any]] = {}  # per seed: gradient norms at theta_0, which no grid key changes
     for point, seed in itertools.product(points or [{}], seeds):
         pcfg = dataclasses.replace(cfg, **point)
         run_methods = [m for m in methods if not point or point in grid_points(m)]
@@ -256,56 +322,31 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
             record: dict[str, Any] = {"key": key[method], "task": pcfg.name, "protocol": pcfg.protocol,
                                       "seed": seed, "method": method, "identity": ident[method],
                                       "trunk": data.trunk, "trunk_load": {"cpu_s": load_cpu, "wall_s": load_wall}}
-            if not base_util:
-                base_util.update(utility(base, data, imagenet_head, pcfg), imagenet_agreement=1.0)
-                base_features.update(part_features(base, data))
-            if validating and not base_validation:
-                base_validation.update(part_features(base, data, VALIDATION))
+            measure_theta0(bench, base, pcfg)
             if method == "init":
                 if seed not in calibration:
                     calibration[seed] = _calibration(task, base, pcfg, seed)
                 record["calibration"] = calibration[seed]
-                record["utility"] = dict(base_util)
-                if validating:
+                record["utility"] = {k: v for k, v in bench.theta0.utility.items() if k != "imagenet_top1"}
+                if bench.validating:
                     record["validation"] = validation_measures(base, data, None, pcfg, seed, rtol)
             else:
-                lambdas = run_lambdas(pcfg, init["calibration"]["balanced"])
-                run_cfg = dataclasses.replace(pcfg, **lambdas)
-                model = copy.deepcopy(base)
-                torch.manual_seed(seed)
-                record["lambdas"] = lambdas
-                loader = CombinedLoader(*task.loaders(seed), epoch_on=pcfg.epoch_on)
-                train = train_config(run_cfg, method)
-                checkpoints = Checkpoints(checkpoint_epochs(train.epochs), len(loader),
-                                          lambda: part_features(model, data), base_features, seed,
-                                          pcfg.rir_groups, pcfg.rir_group_size, rtol,
-                                          lambda: checkpoint_measures(model, data, base_validation, pcfg, seed, rtol))
-                record["history"] = immunize(model, method, loader, objective_config(run_cfg, CLASSES), train,
-                                             progress=False, on_epoch_end=checkpoints)
-                record["n_steps"] = train.epochs * len(loader)
-                record["checkpoints"] = checkpoints.entries
-                record["displacement"] = displacement(model, base)
-                record["utility"] = utility(model, data, imagenet_head, pcfg)
-                record["utility"]["imagenet_agreement"] = float(np.mean(
-                    np.asarray(record["utility"]["imagenet_top1"]) == np.asarray(base_util["imagenet_top1"])))
-                if validating:
-                    record["validation"] = validation_measures(model, data, base_validation, pcfg, seed, rtol)
-                F0, FI = base_features, part_features(model, data)
-                record["estimates"] = {k: e.as_dict() for k, e in estimate_all(F0["P"], F0["H"], FI["P"], FI["H"],
-                                                                               seed=seed, rtol=rtol).items()}
-                record["rank_rtol"] = rtol
-                record["singular_values"] = {f"{t}_{w}": singular_values(F[t]) for w, F in (("0", F0), ("I", FI))
-                                             for t in ("P", "H")}
-                record["group_spectra"] = group_spectra(F0, FI, groups=pcfg.rir_groups,
-                                                        group_size=pcfg.rir_group_size, seed=seed)
-                folder = work / key[method].replace("/", "_")
-                folder.mkdir(parents=True, exist_ok=True)
-                save_npz(folder / "features.npz", P_0=F0["P"], H_0=F0["H"], P_I=FI["P"], H_I=FI["H"])
-            del record["utility"]["imagenet_top1"]
+                record.update(method_record(bench, pcfg, method, seed, key[method], init["calibration"]["balanced"],
+                                            base))
             record["cpu_s"], record["wall_s"] = time.process_time() - cpu, time.perf_counter() - wall
             record["provenance"] = provenance(seed, pcfg, device="cpu", dtype="float64", data_label=task.data_label)
             store.append(record)
             if method == "init":
                 init = record
-            print(f"{key[method]}: {record['cpu_s']:.0f} CPU-s", flush=True)
+            print(f"{key[method]}: {record['cpu_s']:.0f} CPU-s" + (f", {record['diverged']}" if "diverged" in record
+                                                                     else ""), flush=True)
     return keys
+
+
+def measure_theta0(bench: Bench, base: ImmunizableModel, cfg: Table3Config) -> None:
+    """Fill ``bench.theta0`` on first use (theta_0 is the same for every seed and setting of the call)."""
+    if not bench.theta0.utility:
+        bench.theta0.utility.update(utility(base, bench.data, bench.imagenet_head, cfg), imagenet_agreement=1.0)
+        bench.theta0.features.update(part_features(base, bench.data))
+    if bench.validating and not bench.theta0.validation:
+        bench.theta0.validation.update(part_features(base, bench.data, VALIDATION))

@@ -40,9 +40,11 @@ def _interval(records: list[dict[str, Any]], estimator: str) -> str:
 def real_table(records: list[dict[str, Any]], title: str) -> str:
     """Markdown of one direction and protocol: RIR under each estimator (mean ± std over seeds, the hull of the
     seeds' 95% intervals), terms (i) and (ii), utility, CPU time."""
+    diverged = [r for r in records if "diverged" in r]
     by: dict[str, list[dict[str, Any]]] = {}
     for r in records:
-        by.setdefault(r["method"], []).append(r)
+        if "diverged" not in r:
+            by.setdefault(r["method"], []).append(r)
     init = by.get("init", [])
     seeds = sorted({r["seed"] for r in records})
     lines = [f"### {title.replace(chr(10), '; ')}", "",
@@ -79,6 +81,9 @@ def real_table(records: list[dict[str, Any]], title: str) -> str:
                   + ", ".join(f"{k} = {v:.3g}" for k, v in sorted(lam.items())) + ". Trunk cache: "
                   + "; ".join(f"{t}: {m['images']} images, {m['cpu_s']:.0f} CPU-s" for t, m in sorted(trunk.items()))
                   + "."]
+    if diverged:
+        lines += ["", "Diverged (recorded, nothing measured after): " + "; ".join(
+            f"{METHOD_LABELS[r['method']]} seed {r['seed']} ({r['diverged']})" for r in diverged) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -14,6 +14,7 @@ import torch
 from ...atomic_io import write_json, write_text
 from ...deep import METHOD_LABELS, CombinedLoader, ImmunizableModel, accuracy, extract_features, immunize, rir_theta0
 from ...deep.task import Task
+from ...deep.train import DIVERGED
 from ...provenance import provenance
 from ...results import RunStore
 from .config import Table3Config
@@ -25,8 +26,6 @@ from .run import _calibration, objective_config, train_config
 def _search_candidate(task: Task, base: ImmunizableModel, ref_feats: tuple[torch.Tensor, torch.Tensor],
                       cfg: Table3Config, method: str, lambdas: dict[str, float]) -> dict[str, Any]:
     """Train one candidate for ``search.max_epochs`` epochs, recording validation metrics after every epoch."""
-    from ...errors import UndefinedRegularizerError
-
     s = cfg.search
     seed = s.seed
     run_cfg = dataclasses.replace(cfg, **lambdas, epochs=s.max_epochs, method_epochs=None)
@@ -48,7 +47,7 @@ def _search_candidate(task: Task, base: ImmunizableModel, ref_feats: tuple[torch
         immunize(model, method, CombinedLoader(*task.loaders(seed), epoch_on=cfg.epoch_on),
                  objective_config(run_cfg, task.harmful_classes), train_config(run_cfg), device=task.device,
                  on_epoch_end=on_epoch_end, progress=False)
-    except (FloatingPointError, UndefinedRegularizerError, torch.linalg.LinAlgError) as err:
+    except DIVERGED as err:
         diverged = f"{type(err).__name__} after {len(epochs)} epoch(s): {str(err)[:200]}"
     return {"method": method, "lambdas": lambdas, "epochs": epochs, "diverged": diverged,
             "wall_s": time.perf_counter() - t0}

@@ -3,10 +3,11 @@
 decision_table`; table3.md carries it between the ``table3-decision`` markers (tests/test_table3_powered_store.py
 checks that it is this script's output).
 
-Usage: python experiments/table3_decision.py [--figures]
-  prints the decision table, then the checkpoint tables; with --figures it also writes each store's Figure 3
+Usage: python experiments/table3_decision.py [--figures] [--write]
+  prints the decision table, then the checkpoint tables; --figures also writes each store's Figure 3
   (``figure3.png``/``.pdf`` beside its runs.jsonl: the D_H probe's test accuracy against its epochs, theta_0 and
-  every control and method).
+  every control and method); --write rewrites table3.md's two generated blocks (``table3-decision``,
+  ``table3-checkpoints``) in place.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from kappalab.reproduce.table3.decision import decision_table
 from kappalab.reproduce.table3.real_report import checkpoint_table
 from kappalab.reproduce.table3.report import figure3
 
-POWERED = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table3" / "powered"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
+POWERED = DOCS / "table3" / "powered"
 DIRECTIONS = {"fmnist_vs_mnist": "D_P Fashion-MNIST / D_H MNIST", "mnist_vs_fmnist": "D_P MNIST / D_H Fashion-MNIST"}
 
 
@@ -68,8 +70,22 @@ def render_checkpoints() -> str:
     return "\n".join(f"{title}:\n\n{checkpoint_table(records)}" for title, records in stores().items())
 
 
+def write_blocks(page: Path = DOCS / "table3.md") -> None:
+    """Rewrite the page's ``table3-decision`` and ``table3-checkpoints`` blocks with :func:`render` and
+    :func:`render_checkpoints`."""
+    from kappalab.atomic_io import write_text
+
+    text = page.read_text()
+    for name, body in (("table3-decision", render()), ("table3-checkpoints", render_checkpoints())):
+        start = text.index("\n", text.index(f"<!-- generated: {name}")) + 1
+        text = text[:start] + body + text[text.index(f"<!-- end: {name} -->"):]
+    write_text(page, text)
+
+
 if __name__ == "__main__":
     print(render() + "\n" + render_checkpoints(), end="")
+    if "--write" in sys.argv[1:]:
+        write_blocks()
     if "--figures" in sys.argv[1:]:
         for folder in write_figures():
             print(f"wrote {folder}/figure3.png, .pdf", file=sys.stderr)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from kappalab.findings import MeanStd, claims_table, read_verdicts
+from kappalab.methods import DEEP_METHODS
 from kappalab.reproduce.table1.constants import LABELS, ORDER, PAPER_TABLE1
 from kappalab.reproduce.table2.constants import PAPER_TABLE2
 from kappalab.reproduce.table3.constants import PAPER_TABLE3
@@ -218,7 +219,7 @@ def table1_answer() -> str:
 
 # ---- docs/reproduction/table3.md: RIR_theta0 per method in each setting -----------------------------------------
 
-T3_ORDER = ("ours", "rill_only", "imma", "opt_kappa")
+T3_ORDER = DEEP_METHODS
 
 
 def real_estimates(direction: str, protocol: str, estimator: str, method: str) -> list[dict]:

@@ -14,6 +14,7 @@ import torch
 from ...atomic_io import write_json, write_text
 from ...deep import METHOD_LABELS, CombinedLoader, ImmunizableModel, accuracy, extract_features, immunize, rir_theta0
 from ...deep.task import Task
+from ...methods import IMMA, OPT_KAPPA, RILL_ONLY
 from ...provenance import provenance
 from ...results import RunStore
 from .config import Table3Config
@@ -121,11 +122,11 @@ def run_search(cfg: Table3Config, out: Path, work: Path) -> dict[str, Any]:
         selected["ours"] = {**pick[0]["lambdas"], "epochs": pick[1], "val": pick[0]["epochs"][pick[1] - 1]}
     lam_H = selected.get("ours", {}).get("lambda_H", lam_H)
     for method, name, cands in (
-            ("rill_only", "rill_only", [{"lambda_H": lam_H}]),
-            ("opt_kappa", "opt_kappa", [{"lambda_kappa": v} for v in grid(first["lambda_kappa"],
-                                                                          s.lambda_kappa_offsets, mult)]),
-            ("imma", "imma", [{"lambda_imma": v} for v in grid(first["lambda_imma"], s.lambda_imma_offsets,
-                                                               mult)])):
+            (RILL_ONLY.name, RILL_ONLY.name, [{"lambda_H": lam_H}]),
+            (OPT_KAPPA.name, OPT_KAPPA.name,
+             [{"lambda_kappa": v} for v in grid(first["lambda_kappa"], s.lambda_kappa_offsets, mult)]),
+            (IMMA.name, IMMA.name, [{"lambda_imma": v} for v in grid(first["lambda_imma"], s.lambda_imma_offsets,
+                                                                     mult)])):
         if method not in cfg.methods:
             continue
         pick = best(stage(name, method, cands))

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from kappalab.atomic_io import write_json
-from kappalab.cli_options import Parser, UsageError, command, positive_int, seed as seed_type
+from kappalab.cli_options import Parser, UsageError, budget, command, positive_int, seed as seed_type
 from kappalab.data.fetch import digest_of
 from kappalab.estimators import EXACT_BOOT_BUDGET, Estimate, estimate_all
 from kappalab.provenance import provenance
@@ -37,17 +37,6 @@ from kappalab.results import to_jsonable
 
 FEATURES = (("p0", "theta_0 on D_P"), ("h0", "theta_0 on D_H"), ("pi", "theta_I on D_P"), ("hi", "theta_I on D_H"))
 IMAGES = ("model", "weights0", "weightsI", "p_images", "h_images")
-
-
-def _budget(text: str) -> float:
-    """An argparse type: a number >= 0 (``inf`` allowed)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0 (or inf), got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0 (or inf), got {text!r}")
-    return value
 
 
 #: what --help prints above the options (the module docstring and docs/measure.md hold the long account)
@@ -91,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the group estimators' bootstrap resamples (default 1000)")
     p.add_argument("--n-boot-exact", type=positive_int, default=200,
                    help="the exact estimator's bootstrap resamples over samples (default 200)")
-    p.add_argument("--exact-budget", type=_budget, default=EXACT_BOOT_BUDGET, metavar="MULADDS",
+    p.add_argument("--exact-budget", type=budget, default=EXACT_BOOT_BUDGET, metavar="MULADDS",
                    help="run the exact bootstrap only below this many multiply-adds (n_boot_exact x 4 SVDs of N x D; "
                         f"default {EXACT_BOOT_BUDGET:.0e}, of the order of a CPU-minute; 'inf': always)")
     return p

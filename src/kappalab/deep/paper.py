@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from ..distributed import init_distributed, world
 from .task import Task
-from .train import init_distributed, world
 
 if TYPE_CHECKING:
     from kappalab.reproduce.table3.config import Table3Config

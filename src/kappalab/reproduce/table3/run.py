@@ -19,8 +19,7 @@ from ...deep.methods import CONTROLS, OPTIMIZER_OF, WEIGHTS
 from ...deep import (METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig, TrainConfig, accuracy,
                      balanced_scale, extract_features, gradient_norms, immunize, linear_probe_curve, rir_theta0)
 from ...deep.task import Task
-from ...deep.train import world
-from ...distributed import finish_distributed
+from ...distributed import finish_distributed, world
 from ...errors import DegenerateSpectrumWarning
 from ...extremes import eigensolver_option
 from ...provenance import provenance

@@ -51,7 +51,7 @@ from .grid import grid_points
 from .measures import Checkpoints, checkpoint_epochs, displacement, features_rtol, group_spectra
 from .constants import VALIDATION
 from .real_data import Parts, draw_parts
-from .run import _calibration, objective_config, train_config
+from .run import calibrate, objective_config, train_config
 
 ARCH = "efficientnet_lite0"
 CLASSES = 10
@@ -253,7 +253,7 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
                 base_validation.update(part_features(base, data, VALIDATION))
             if method == "init":
                 if seed not in calibration:
-                    calibration[seed] = _calibration(task, base, pcfg, seed)
+                    calibration[seed] = calibrate(task, base, pcfg, seed)
                 record["calibration"] = calibration[seed]
                 record["utility"] = dict(base_util)
                 if validating:

@@ -20,7 +20,7 @@ from ...results import RunStore
 from .config import Table3Config
 from .proxy import proxy_task
 from .report import fmt_weight
-from .run import _calibration, objective_config, train_config
+from .run import calibrate, objective_config, train_config
 
 
 def _search_candidate(task: Task, base: ImmunizableModel, ref_feats: tuple[torch.Tensor, torch.Tensor],
@@ -78,7 +78,7 @@ def run_search(cfg: Table3Config, out: Path, work: Path) -> dict[str, Any]:
     ref = tuple(extract_features(base, X, task.device) for X in (task.rir_H, task.rir_P))
     head_key = "search/init"
     if head_key not in store.done_keys():
-        calib = _calibration(task, base, cfg, seed)
+        calib = calibrate(task, base, cfg, seed)
         store.append({"key": head_key, "calibration": calib, "val_dp_acc": accuracy(base, task.test_P, task.device),
                       "scales": {r: scales(calib["grad_norms"], r) for r in s.readings},
                       "provenance": provenance(seed, cfg, device=task.device, dtype="float64",

@@ -12,7 +12,8 @@ The position inside the D_P loader is not saved: a resumed run restarts D_P at a
 Data parallel: under ``torchrun`` (``WORLD_SIZE > 1`` in the environment)
 :func:`kappalab.distributed.init_distributed` sets up the process group; every rank computes its terms (and ``H~``)
 on its own batches, and :func:`allreduce_gradients` averages the gradients before each step (DDP's gradient
-averaging, done explicitly because the objectives call the network several times per step). Only rank 0 writes checkpoints.
+averaging, done explicitly because the objectives call the network several times per step). Only rank 0 writes
+checkpoints.
 
 Host copies: the step loop reads nothing back from the device (terms are summed on the device, finiteness is a
 device flag read once per epoch); what the objectives' spectral core reads back is its own (see the tests).

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -28,8 +30,14 @@ def test_paper_configs_are_table4(row) -> None:
     assert all(k in cfg.reasons for k in ("trainable_modules", "lambda_kappa", "epoch_on"))
 
 
-def test_the_command_line_knows_the_deep_methods() -> None:
+def test_the_command_line_parses_the_deep_methods_without_torch() -> None:
+    """--methods offers what the training loop runs (both from kappalab.methods), and parsing imports no torch."""
     assert table3_cli.METHODS == tuple(table3_run.METHODS + table3_run.CONTROLS)
+    code = ("import sys; from kappalab.reproduce.table3 import cli; "
+            "a = cli.build_parser().parse_args(['--proxy', '--methods', *cli.METHODS]); "
+            "print(a.methods == list(cli.METHODS), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "False"]
 
 
 def test_proxy_quick_runs_records_and_resumes(tmp_path, monkeypatch) -> None:

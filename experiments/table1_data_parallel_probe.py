@@ -15,6 +15,7 @@ import argparse
 
 from kappalab.immunization import evaluate, house_prices_task, immunize, table1_config
 from kappalab.immunization.data_parallel import immunize_data_parallel
+from kappalab.methods import PAPER_ORDER
 from kappalab.sweep import limit_threads
 
 
@@ -22,7 +23,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--method", default="ours", choices=("rill_only", "imma", "opt_kappa", "ours"))
+    parser.add_argument("--method", default="ours", choices=PAPER_ORDER)
     args = parser.parse_args()
     limit_threads(1)
     task = house_prices_task("official")

@@ -25,6 +25,7 @@ import numpy as np
 from kappalab.data.mnist import fetch_mnist, load_digits, normalize_images
 from kappalab.immunization import immunize
 from kappalab.kappa import default_rtol, feature_spectrum
+from kappalab.methods import PAPER_ORDER
 from kappalab.reproduce.table2 import mnist_task, rank_of, rir_from_spectra, run_spectra, table2_config
 from kappalab.sweep import limit_threads
 
@@ -70,7 +71,7 @@ def main() -> None:
     parser.add_argument("what", choices=("gap", "time"))
     parser.add_argument("--pair", default="4-1", help="a-b: D_P = digit a, D_H = digit b")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--method", default="ours", choices=("rill_only", "imma", "opt_kappa", "ours"))
+    parser.add_argument("--method", default="ours", choices=PAPER_ORDER)
     args = parser.parse_args()
     limit_threads(1)
     if args.what == "gap":

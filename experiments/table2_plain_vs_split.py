@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from kappalab.methods import DEEP_METHODS
 from kappalab.reproduce.table2.constants import METHOD_LABELS
 
 ROOT = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2"
@@ -30,7 +31,7 @@ STORES = {  #: protocol -> (selection study's store, the 90-pair sweep's store)
 OUT = ROOT / "full90" / "plain_vs_split.json"
 PAIRS = [(a, (a + 1) % 10) for a in range(10)]
 ETA = 0.001  #: Table 4's MNIST learning rate (the selection studies also hold other rates)
-METHODS = ("ours", "rill_only", "imma", "opt_kappa")
+METHODS = DEEP_METHODS  #: the rows' order
 
 
 def _rir(path: Path, method: str) -> dict[tuple[int, int, int], float]:

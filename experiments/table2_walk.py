@@ -25,13 +25,14 @@ from typing import Any
 import numpy as np
 
 from kappalab.immunization.config import load_config
+from kappalab.methods import OURS, RILL_ONLY
 from kappalab.reproduce.table2.spectra import rir_from_spectra
 
 ROOT = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2"
 WALK = ROOT / "walk"
 PAIRS = tuple((a, (a + 1) % 10) for a in range(10))
 SEEDS = (0, 1, 2)
-METHODS = {"ours": "Ours", "rill_only": "R_ill Only"}
+METHODS = {m.name: m.label for m in (OURS, RILL_ONLY)}
 TERMS = ("rir", "term_i", "term_ii")
 #: the official code's preconditioner ridges (table2_official.json), kept by the paper-protocol steps before Alg. 1's
 OFFICIAL_RIDGES = {"ridge_P": 1.0, "ridge_H": 1e-7}

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from kappalab.findings import MeanStd, claims_table, read_verdicts
+from kappalab.methods import DEEP_METHODS
 from kappalab.reproduce.table1.constants import LABELS, ORDER, PAPER_TABLE1
 from kappalab.reproduce.table2.constants import PAPER_TABLE2
 from kappalab.reproduce.table3.constants import PAPER_TABLE3
+from kappalab.results import mean_std
 
 ROOT = Path(__file__).resolve().parents[1]
 REPRO = ROOT / "docs" / "reproduction"
@@ -36,8 +36,7 @@ TABLE2_LR = "lr0.001"  #: Table 4's MNIST learning rate: the key of the stores' 
 
 def of_runs(values: list[float]) -> MeanStd:
     """Mean and sample std of some runs' values (std NaN for one run)."""
-    return MeanStd(float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else float("nan"),
-                   len(values))
+    return MeanStd(*mean_std(values), len(values))
 
 
 def table1_report(path: Path, method: str) -> MeanStd | None:
@@ -244,7 +243,7 @@ def table1_answer() -> str:
 
 # ---- docs/reproduction/table3.md: RIR_theta0 per method in each setting -----------------------------------------
 
-T3_ORDER = ("ours", "rill_only", "imma", "opt_kappa")
+T3_ORDER = DEEP_METHODS
 
 
 def real_estimates(direction: str, protocol: str, estimator: str, method: str) -> list[dict]:

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from kappalab import condition_number  # noqa: E402
 from kappalab.deep import CombinedLoader, hessian_tilde, kappa_autograd, kappa_tilde, linear_probe_curve  # noqa: E402
 from kappalab.deep import rir_theta0  # noqa: E402
-from kappalab.deep.metrics import AUTHORS_SHIFT, log_kappa_authors  # noqa: E402
+from kappalab.deep.metrics import AUTHORS_SHIFT, log_kappa_authors, probe_iterations_to_loss  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -249,6 +249,45 @@ def test_linear_probe_curve_learns_and_is_scale_free(rng: np.random.Generator) -
     assert scaled == pytest.approx(curve), "step 1/s_max makes the curve invariant to the features' scale"
     with pytest.raises(ValueError, match="step"):
         linear_probe_curve(F, y, F, y, epochs=1, num_classes=3, step="fixed")
+
+
+def _numpy_probe(F: np.ndarray, y: np.ndarray, classes: int, steps: int) -> tuple[list[np.ndarray], list[float]]:
+    """Full-batch softmax gradient descent written here: W_0 = 0, step 1 / s_max(F^T F / N); the iterates W_0..W_steps
+    and the training cross-entropy at each."""
+    N = F.shape[0]
+    eta = 1.0 / np.linalg.eigvalsh(F.T @ F / N)[-1]
+    Y = np.eye(classes)[y]
+    W, iterates, losses = np.zeros((F.shape[1], classes)), [], []
+    for _ in range(steps + 1):
+        Z = F @ W
+        Z = Z - Z.max(1, keepdims=True)
+        P = np.exp(Z) / np.exp(Z).sum(1, keepdims=True)
+        iterates.append(W)
+        losses.append(float(-np.log(P[np.arange(N), y]).mean()))
+        W = W - eta * F.T @ (P - Y) / N
+    return iterates, losses
+
+
+def test_both_probes_follow_a_plain_gradient_descent(rng: np.random.Generator) -> None:
+    y = rng.integers(0, 3, 150)
+    F = rng.standard_normal((150, 6)) + 1.5 * np.eye(6)[y]
+    F_test, y_test = F[100:], y[100:]
+    iterates, losses = _numpy_probe(F[:100], y[:100], 3, 25)
+    Ft, yt = torch.as_tensor(F), torch.as_tensor(y)
+    curve = linear_probe_curve(Ft[:100], yt[:100], Ft[100:], yt[100:], epochs=25, num_classes=3)
+    scores = [F_test @ W for W in iterates]
+    # accuracies are counts of argmax hits: equal unless a test point's top two scores lie within rounding (about
+    # 1e-12 here) of each other, which the first check rules out (W_0 = 0 ties every class: argmax takes class 0)
+    gaps = [np.diff(np.sort(s, 1)[:, -2:], axis=1).min() for s in scores[1:]]
+    assert min(gaps) > 1e-9
+    assert curve == [float(np.mean(s.argmax(1) == y_test)) for s in scores]
+    # the loss falls monotonically (step 1/s_max); a target halfway between two consecutive losses is crossed at a
+    # known iteration whatever the rounding (the gap between them is far above it)
+    assert all(a > b for a, b in zip(losses, losses[1:]))
+    for k in (0, 4, 17):
+        target = (losses[k] + losses[k + 1]) / 2
+        assert probe_iterations_to_loss(Ft[:100], yt[:100], num_classes=3, target=target, max_iter=25) == k + 1
+    assert probe_iterations_to_loss(Ft[:100], yt[:100], num_classes=3, target=losses[-1] / 2, max_iter=25) is None
 
 
 def test_combined_loader_sets_the_epoch_of_distributed_samplers() -> None:

@@ -134,7 +134,7 @@ def test_bad_features_are_refused_naming_the_argument() -> None:
     bad[3, 2] = np.nan
     with pytest.raises(ValueError, match="hi contains non-finite"):
         estimate_all(p0, h0, pi, bad)
-    with pytest.raises(ValueError, match="h0: 50 D_H samples, fewer than the exact estimator's D = 6 or the group"):
+    with pytest.raises(ValueError, match="h0: 50 D_H samples, fewer than the group size 100"):
         estimate_all(p0, h0[:50], pi, hi[:50])
     with pytest.raises(ValueError, match="p0: 5 D_P samples"):
         estimate_all(p0[:5], h0, pi[:5], hi, group_size=2)

@@ -111,7 +111,7 @@ def _error_cases(tmp: Path, paths: dict[str, Path]) -> dict[str, tuple[list[str]
                          "--pi: cannot read"),
         "1-d array": (_args(paths, hi=save("vec.npy", np.ones(150))), "--hi"),
         "rows differ": (_args(paths, pi=save("short.npy", F["pi"][:-1])), "--p0 and --pi must hold the same D_P"),
-        "D differs": (_args(paths, hi=save("narrow.npy", F["hi"][:, :-1])), "same D"),
+        "D differs": (_args(paths, hi=save("narrow.npy", F["hi"][:, :-1])), "same number of columns D"),
         "NaN": (_args(paths, hi=save("nan.npy", nan)), "--hi"),
         "Inf": (_args(paths, hi=save("inf.npy", inf)), "NaN/Inf"),
         "N < D": ([*_args(few), "--group-size", "5"], "the exact estimator needs N >= D"),

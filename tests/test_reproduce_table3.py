@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -28,8 +30,14 @@ def test_paper_configs_are_table4(row) -> None:
     assert all(k in cfg.reasons for k in ("trainable_modules", "lambda_kappa", "epoch_on"))
 
 
-def test_the_command_line_knows_the_deep_methods() -> None:
+def test_the_command_line_parses_the_deep_methods_without_torch() -> None:
+    """--methods offers what the training loop runs (both from kappalab.methods), and parsing imports no torch."""
     assert table3_cli.METHODS == tuple(table3_run.METHODS + table3_run.CONTROLS)
+    code = ("import sys; from kappalab.reproduce.table3 import cli; "
+            "a = cli.build_parser().parse_args(['--proxy', '--methods', *cli.METHODS]); "
+            "print(a.methods == list(cli.METHODS), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "False"]
 
 
 def test_proxy_quick_runs_records_and_resumes(tmp_path, monkeypatch) -> None:
@@ -112,7 +120,7 @@ def _tiny_task():
                 probe=(H, H_test), harmful_classes=2, device="cpu", data_label="random 8x8 images")
 
 
-#: the proxy's config with the tiny task's values (what run_task, _calibration and evaluate read)
+#: the proxy's config with the tiny task's values (what run_task, calibrate and evaluate read)
 TINY_CFG = dataclasses.replace(
     load_table3_config("proxy"), name="tiny", method_epochs=None, lambda_P=1e-6, lambda_H=1.0, lambda_kappa=1e-6,
     lambda_imma=0.1, imma_inner_steps=1, imma_inner_lr=1.0, label_smoothing=0.1, reg_rtol=1e-10, on_degenerate="warn",
@@ -121,13 +129,13 @@ TINY_CFG = dataclasses.replace(
 
 
 def test_calibration_leaves_theta0_batchnorm_statistics_untouched() -> None:
-    """Before the fix, _calibration ran theta_0 in training mode and moved its BatchNorm running statistics."""
+    """Before the fix, calibrate ran theta_0 in training mode and moved its BatchNorm running statistics."""
     import torch
 
     task = _tiny_task()
     model = task.theta0(0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    calib = table3_run._calibration(task, model, TINY_CFG, 0)
+    calib = table3_run.calibrate(task, model, TINY_CFG, 0)
     assert calib["grad_norms"]["task"] > 0
     for name, value in model.state_dict().items():
         assert torch.equal(before[name], value), f"{name} changed during calibration"

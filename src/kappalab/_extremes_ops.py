@@ -9,7 +9,7 @@ import numpy as np
 from ._backend import Array, is_torch
 
 
-def _check_stack(S: object) -> Array:
+def check_stack(S: object) -> Array:
     if not (is_torch(S) or isinstance(S, np.ndarray)):
         raise TypeError(f"S must be a NumPy array or a torch tensor, got {type(S).__name__}")
     if S.ndim < 2 or S.shape[-1] != S.shape[-2] or S.shape[-1] == 0:
@@ -19,7 +19,7 @@ def _check_stack(S: object) -> Array:
     return S
 
 
-def _index(rows: list[int], like: Array) -> Array:
+def index(rows: list[int], like: Array) -> Array:
     """``rows`` as an index array on ``like``'s device."""
     if is_torch(like):
         import torch
@@ -28,11 +28,11 @@ def _index(rows: list[int], like: Array) -> Array:
     return np.asarray(rows, dtype=np.int64)
 
 
-def _detach(x: Array) -> Array:
+def detach(x: Array) -> Array:
     return x.detach() if is_torch(x) else x
 
 
-def _full_like_bool(S: Array, value: bool) -> Array:
+def full_like_bool(S: Array, value: bool) -> Array:
     if is_torch(S):
         import torch
 
@@ -40,14 +40,14 @@ def _full_like_bool(S: Array, value: bool) -> Array:
     return np.full(S.shape[:-2], value)
 
 
-def _diagonal(xp, A: Array) -> Array:
+def diagonal(xp, A: Array) -> Array:
     """The diagonal of each matrix (a writable copy for NumPy, whose ``diagonal`` is a read-only view)."""
     if is_torch(A):
         return xp.diagonal(A, 0, -2, -1)
     return np.diagonal(A, 0, -2, -1).copy()
 
 
-def _take(x: Array, idx: Array) -> Array:
+def take(x: Array, idx: Array) -> Array:
     """``x`` at ``idx`` along the last axis, ``idx`` broadcast over the other axes."""
     if is_torch(x):
         return x.gather(-1, idx.expand(*x.shape[:-1], idx.shape[-1]))
@@ -67,7 +67,7 @@ def _round_robin(m: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([p for p, _ in rounds]), np.stack([q for _, q in rounds])
 
 
-def _pairs(xp, A: Array, m: int) -> tuple[Array, Array]:
+def pairs(xp, A: Array, m: int) -> tuple[Array, Array]:
     """:func:`_round_robin`'s index arrays, as tensors on ``A``'s device (copied there once per device: a copy from
     the host synchronizes a CUDA stream)."""
     return _round_robin(m) if not is_torch(A) else _pairs_on(m, str(A.device))
@@ -80,24 +80,24 @@ def _pairs_on(m: int, device: str) -> tuple[Array, Array]:
     return tuple(torch.as_tensor(x, device=device) for x in _round_robin(m))
 
 
-def _eye_like(xp, A: Array, m: int) -> Array:
+def eye_like(xp, A: Array, m: int) -> Array:
     if is_torch(A):
         return xp.eye(m, dtype=A.dtype, device=A.device).expand(A.shape).clone()
     return np.broadcast_to(np.eye(m, dtype=A.dtype), A.shape).copy()
 
 
-def _pad(xp, A: Array, m: int) -> Array:
+def pad(xp, A: Array, m: int) -> Array:
     n = A.shape[-1]
     if is_torch(A):
         return xp.nn.functional.pad(A, (0, m - n, 0, m - n))
     return np.pad(A, [(0, 0)] * (A.ndim - 2) + [(0, m - n), (0, m - n)])
 
 
-def _frexp_exponent(xp, x: Array) -> Array:
+def frexp_exponent(xp, x: Array) -> Array:
     return xp.frexp(x)[1].to(xp.int64) if is_torch(x) else np.frexp(x)[1].astype(np.int64)
 
 
-def _ldexp(xp, x: Array, e: Array) -> Array:
+def ldexp(xp, x: Array, e: Array) -> Array:
     """``x * 2^e`` exactly (in two halves, so that ``|e|`` up to twice the exponent range works)."""
     half = e // 2
     if is_torch(x):

@@ -13,13 +13,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import math
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 #: every command's default output folder lives under this (relative to the working directory), never under docs/
 RESULTS = Path("results")
+Number = TypeVar("Number", int, float)
 
 
 class UsageError(ValueError):
@@ -33,23 +35,26 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum`` (``what`` names it in the message)."""
-    def parse(text: str) -> int:
+def _number(convert: Callable[[str], Number], admits: Callable[[Number], bool], what: str) -> Callable[[str], Number]:
+    """An argparse type: ``convert(text)`` where ``admits`` holds it, else ``expected WHAT, got 'TEXT'`` (argparse
+    puts the argument's name in front)."""
+    def parse(text: str) -> Number:
         try:
-            value = int(text)
+            value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{what} must be >= {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not admits(value):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return value
     parse.__name__ = what.replace(" ", "_")
     return parse
 
 
-#: argparse types: a count (>= 1) and a seed (>= 0)
-positive_int = _int_at_least(1, "the value")
-seed = _int_at_least(0, "a seed")
+#: argparse types: a count (>= 1), a seed (>= 0), a rate or scale (finite, > 0), a budget (>= 0, inf allowed)
+positive_int = _number(int, lambda v: v >= 1, "a positive integer")
+seed = _number(int, lambda v: v >= 0, "a non-negative integer seed")
+positive_float = _number(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+budget = _number(float, lambda v: v >= 0, "a number >= 0 (or inf)")
 
 
 def unique(values: Sequence[Any], name: str) -> tuple[Any, ...]:

@@ -9,9 +9,11 @@ at once, since the other ranks may never reach the barrier.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import torch
 import torch.distributed as dist
 
 
@@ -33,3 +35,25 @@ def process_group(backend: str, init_method: str, rank: int, world_size: int) ->
         dist.destroy_process_group()
         raise
     finish_distributed()
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of the current process group, (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init_distributed(device: str) -> str:
+    """Initialise torch.distributed when launched by torchrun (``WORLD_SIZE > 1``); returns the device to use
+    (``cuda:LOCAL_RANK`` for a CUDA run)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return device
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(local_rank)
+        return f"cuda:{local_rank}"
+    return device

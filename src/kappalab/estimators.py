@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Literal
 
@@ -217,18 +218,32 @@ def check_features(p0: object, h0: object, pi: object, hi: object, *, group_size
     for name, F in (("p0", p0), ("h0", h0), ("pi", pi), ("hi", hi)):
         out[name] = np.asarray(_float64(F).cpu().numpy() if is_torch(F) else _float64(F))
         matrix(out[name], name)
-    dims = {name: F.shape[1] for name, F in out.items()}
-    if len(set(dims.values())) != 1:
-        raise ValueError(f"all four feature matrices must have the same number of columns D, got {dims}")
-    dim = dims["p0"]
-    for task, a, b in (("D_P", "p0", "pi"), ("D_H", "h0", "hi")):
-        n = out[a].shape[0]
-        if out[b].shape[0] != n:
-            raise ValueError(f"{a} and {b} must hold the same {task} samples, got {n} and {out[b].shape[0]} rows")
-        if n < max(dim, group_size):
-            raise ValueError(f"{a}: {n} {task} samples, fewer than the exact estimator's D = {dim} or the group size "
-                             f"{group_size}: pass at least {max(dim, group_size)} samples")
+    check_feature_shapes({name: F.shape for name, F in out.items()}, group_size)
     return out["p0"], out["h0"], out["pi"], out["hi"]
+
+
+def check_feature_shapes(shapes: Mapping[str, tuple[int, ...]], group_size: int, *,
+                         group_size_name: str = "the group size") -> None:
+    """The four feature matrices' shape contract: one feature dimension D, the same samples for theta_0 and
+    theta_I, ``N >= D`` (the exact estimator) and ``N >= group_size`` per task. ``shapes``: the 2-D shapes of p0,
+    h0, pi, hi in that order, keyed by the name the message gives each (``p0`` here, ``--p0`` on the command line);
+    ``group_size_name`` names the group size. Raises ValueError naming the argument."""
+    p0, h0, pi, hi = shapes
+    dims = {name: shape[1] for name, shape in shapes.items()}
+    if len(set(dims.values())) != 1:
+        raise ValueError("the four feature matrices must have the same number of columns D, got "
+                         + ", ".join(f"{name} {d}" for name, d in dims.items()))
+    dim = dims[p0]
+    for a, b, task in ((p0, pi, "D_P"), (h0, hi, "D_H")):
+        n, m = shapes[a][0], shapes[b][0]
+        if n != m:
+            raise ValueError(f"{a} and {b} must hold the same {task} samples (one row each), got {n} and {m} rows")
+        if n < dim:
+            raise ValueError(f"{a}: {n} {task} samples for D = {dim}: the exact estimator needs N >= D (pass at "
+                             f"least {max(dim, group_size)} samples)")
+        if n < group_size:
+            raise ValueError(f"{a}: {n} {task} samples, fewer than {group_size_name} {group_size} (pass at least "
+                             f"{group_size} samples)")
 
 
 def estimate_all(p0: object, h0: object, pi: object, hi: object, *, seed: int = 0, groups: int = 20,

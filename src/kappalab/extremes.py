@@ -70,8 +70,7 @@ from typing import Iterator, Literal, NamedTuple
 import numpy as np
 
 from ._backend import Array, eps, is_torch, namespace
-from ._extremes_ops import (_check_stack, _detach, _diagonal, _eye_like, _frexp_exponent, _full_like_bool, _index,
-                            _ldexp, _pad, _pairs, _take)
+from . import _extremes_ops as ops
 from .kappa import rank_rule, resolve_rtol
 
 Method = Literal["auto", "lapack", "tensor"]
@@ -198,14 +197,14 @@ def batched_eigh(S: Array, *, method: Method = "auto", vectors: bool = True,
     """``(values, V, converged)``: each matrix's eigenvalues ascending, its eigenvectors as the columns of ``V``
     (None when ``vectors`` is false; LAPACK then runs ``eigvalsh``) and the boolean flag (module docstring).
     ``sweeps`` caps the tensor path's sweeps (:func:`sweep_plan`); ``xp``: S's namespace when the caller has it."""
-    S = _check_stack(S)
+    S = ops.check_stack(S)
     if resolve_method(S, method) == "lapack":
         xp = namespace(S) if xp is None else xp
         if vectors:
             lam, V = xp.linalg.eigh(S)
         else:
             lam, V = xp.linalg.eigvalsh(S), None
-        return lam, V, _full_like_bool(S, True)
+        return lam, V, ops.full_like_bool(S, True)
     return _jacobi_eigh(S, sweeps if sweeps is not None or not _forced else _forced[-1][1], vectors)
 
 
@@ -216,19 +215,19 @@ def batched_extremes(S: object, *, rtol: float | None = None, method: Method = "
     ``converged`` flag (False: the tensor path gave up and the values are LAPACK's). ``method``: ``"auto"``,
     ``"lapack"`` or ``"tensor"`` (module docstring); ``sweeps`` caps the tensor path's sweeps (default
     :func:`sweep_plan`'s cap)."""
-    S = _check_stack(S)
+    S = ops.check_stack(S)
     rtol = resolve_rtol(rtol, S, dim=S.shape[-1])
     lam, V, converged = batched_eigh(S, method=method, vectors=vectors, sweeps=sweeps)
     largest = lam[..., -1]
-    keep = rank_rule(_detach(lam), _detach(largest)[..., None], rtol).kept
+    keep = rank_rule(ops.detach(lam), ops.detach(largest)[..., None], rtol).kept
     xp = namespace(lam)
     first = xp.argmax(keep.astype(np.int8) if not is_torch(keep) else keep.to(xp.int8), -1)[..., None]
-    smallest = _take(lam, first)[..., 0]
+    smallest = ops.take(lam, first)[..., 0]
     smallest = xp.where(keep.any(-1), smallest, xp.full_like(smallest, math.nan) if is_torch(lam)
                         else np.full_like(smallest, np.nan))
     if V is None:
         return BatchedExtremes(largest, smallest, None, None, converged)
-    small_vec = _take(V, first[..., None, :])[..., 0]
+    small_vec = ops.take(V, first[..., None, :])[..., 0]
     return BatchedExtremes(largest, smallest, V[..., -1], small_vec, converged)
 
 
@@ -238,26 +237,26 @@ def _jacobi_eigh(S: Array, sweeps: int | None, vectors: bool) -> tuple[Array, Ar
     xp = namespace(S)
     n, lead = S.shape[-1], tuple(S.shape[:-2])
     first, cap = sweep_plan(n, eps(S), sweeps)
-    flat = _detach(S).reshape(-1, n, n)
-    exponent = _frexp_exponent(xp, xp.amax(abs(flat), (-2, -1)))  # max|S| * 2^-e in [1/4, 1)
+    flat = ops.detach(S).reshape(-1, n, n)
+    exponent = ops.frexp_exponent(xp, xp.amax(abs(flat), (-2, -1)))  # max|S| * 2^-e in [1/4, 1)
     exponent = exponent + exponent % 2
-    A = _ldexp(xp, flat, -exponent[..., None, None])
+    A = ops.ldexp(xp, flat, -exponent[..., None, None])
     m = n + n % 2
     if m != n:  # an odd n: a zero row and column that no rotation mixes in (its rotations have s = 0 exactly)
-        A = _pad(xp, A, m)
-    V = _eye_like(xp, A, m)
-    P, Q = _pairs(xp, A, m)
+        A = ops.pad(xp, A, m)
+    V = ops.eye_like(xp, A, m)
+    P, Q = ops.pairs(xp, A, m)
     A, V = _sweeps(xp, A, V, P, Q, first)
     d, W, converged = _finish(xp, A, V, n)
     done, bad = first, read_unconverged(converged)
     while bad and done < cap:  # one more sweep of the unconverged matrices only, then their test again
-        idx = _index(bad, A)
+        idx = ops.index(bad, A)
         A[idx], V[idx] = _sweeps(xp, A[idx], V[idx], P, Q, 1)
         d[idx], W[idx], converged[idx] = _finish(xp, A[idx], V[idx], n)
         done, bad = done + 1, read_unconverged(converged)
     order = xp.argsort(d, -1) if not is_torch(d) else d.argsort(dim=-1)
-    values = _ldexp(xp, _take(d, order), exponent[..., None])
-    W = _take(W, order[..., None, :])
+    values = ops.ldexp(xp, ops.take(d, order), exponent[..., None])
+    W = ops.take(W, order[..., None, :])
     if is_torch(S) and S.requires_grad:  # d lambda = v^T dS v, attached without changing the value
         rq = (W * (S.reshape(-1, n, n) @ W)).sum(-2)
         values = values + (rq - rq.detach())
@@ -301,8 +300,8 @@ def _finish(xp, A: Array, V: Array, n: int) -> tuple[Array, Array, Array]:
     A, W = A[..., :n, :n], V[..., :n, :n]
     for _ in range(DECOUPLE_STEPS):
         A, W = _decouple(xp, A, W)
-    d = _diagonal(xp, A)
-    off_diagonal = A * (1 - _eye_like(xp, A, n))
+    d = ops.diagonal(xp, A)
+    off_diagonal = A * (1 - ops.eye_like(xp, A, n))
     residual = xp.sqrt((off_diagonal * off_diagonal).sum(-1))  # ||A e_i - d_i e_i||, row by row
     fro = xp.sqrt((A * A).sum((-2, -1)))
     kept = d > n * eps(A) * xp.amax(d, -1)[..., None]
@@ -312,8 +311,8 @@ def _finish(xp, A: Array, V: Array, n: int) -> tuple[Array, Array, Array]:
 
 def _lapack_rows(xp, S: Array, values: Array, W: Array, bad: list[int], vectors: bool) -> tuple[Array, Array]:
     """``values``, ``W`` with the rows ``bad`` replaced by LAPACK's eigenpairs of ``S[bad]`` (differentiable)."""
-    idx = _index(bad, S)
-    lam, U = xp.linalg.eigh(S[idx]) if vectors else (xp.linalg.eigvalsh(S[idx]), _detach(W[idx]))
+    idx = ops.index(bad, S)
+    lam, U = xp.linalg.eigh(S[idx]) if vectors else (xp.linalg.eigvalsh(S[idx]), ops.detach(W[idx]))
     if is_torch(values):
         return values.index_put((idx,), lam), W.index_put((idx,), U)
     values, W = values.copy(), W.copy()
@@ -328,8 +327,8 @@ def _decouple(xp, A: Array, V: Array) -> tuple[Array, Array]:
     from ``delta`` to ``O(delta^2 / gap)`` at once, which parallel Jacobi does only linearly next to a multiple
     eigenvalue (a rank-deficient PSD matrix's null space; module docstring)."""
     n = A.shape[-1]
-    eye = _eye_like(xp, A, n)
-    d = _diagonal(xp, A)
+    eye = ops.eye_like(xp, A, n)
+    d = ops.diagonal(xp, A)
     diff = d[..., None, :] - d[..., :, None]  # [i, j] = d_j - d_i
     gap_floor = math.sqrt(eps(A)) * xp.sqrt((A * A).sum((-2, -1)))[..., None, None]
     ok = (abs(A) <= DECOUPLE_RATIO * abs(diff)) & (abs(diff) > gap_floor)

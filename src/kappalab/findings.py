@@ -14,11 +14,13 @@ and a test checks that the README equals its output.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kappalab.results import format_mean_std
 from kappalab.verify import load_registry
 
 #: the verdict of a claim that holds; every other verdict (the paper's claim fails, or the lab's check failed or
@@ -37,8 +39,9 @@ class MeanStd:
     n: int | None
 
     def text(self, fmt: str = "{:.4g}") -> str:
-        one = self.n == 1
-        body = fmt.format(self.mean) if one else f"{fmt.format(self.mean)} ± {fmt.format(self.std)}"
+        """``"m ± s (n=N)"`` (:func:`~kappalab.results.format_mean_std`): the mean alone for one run, no ``n`` when
+        it is not known."""
+        body = format_mean_std(self.mean, math.nan if self.n == 1 else self.std, fmt)
         return body if self.n is None else f"{body} (n={self.n})"
 
 

@@ -210,9 +210,9 @@ def regularizers_from_covariance(theta: object, K: object, *, rtol: float | None
     from ``tracker`` (a :class:`kappalab.tracker.ExtremeTracker`, warm-started across calls; its own ``rtol``
     applies) when given. Equal to :func:`kappalab.linear.grad_theta_r_well` / ``grad_theta_r_ill``.
     """
-    from .linear import _theta_and_K
+    from .linear import checked_theta_and_K
 
-    theta, K = _theta_and_K(theta, K, check)
+    theta, K = checked_theta_and_K(theta, K, check)
     M = K @ theta
     H = _sym(theta.T @ M)
     if tracker is not None:

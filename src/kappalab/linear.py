@@ -26,7 +26,10 @@ from .spectral import DegeneratePolicy, Extremes, psd_extremes, require_unique
 from .validation import finite, matrix, positive_scalar, require_values, same_kind, symmetric
 
 
-def _theta_and_K(theta: object, K: object, check: bool, xp: ModuleType | None = None) -> tuple[Array, Array]:
+def checked_theta_and_K(theta: object, K: object, check: bool,
+                        xp: ModuleType | None = None) -> tuple[Array, Array]:
+    """``theta`` (``D_in x D_hid``) and ``K`` (``D_in x D_in``, symmetric when ``check``) as arrays of one kind;
+    a ValueError naming the argument otherwise."""
     theta = matrix(theta, "theta", check=check, xp=xp)
     K = matrix(K, "K", square=True, check=check, xp=xp)
     same_kind(theta, K, xp=xp)
@@ -40,7 +43,7 @@ def _theta_and_K(theta: object, K: object, check: bool, xp: ModuleType | None = 
 
 def hessian(theta: object, K: object, *, check: bool = True) -> Array:
     """``H(theta) = theta^T K theta``, symmetrized as ``(H + H^T) / 2`` so rounding cannot make it asymmetric."""
-    return _symmetric_hessian(*_theta_and_K(theta, K, check, namespace(theta, K)))
+    return _symmetric_hessian(*checked_theta_and_K(theta, K, check, namespace(theta, K)))
 
 
 def _symmetric_hessian(theta: Array, K: Array) -> Array:
@@ -53,7 +56,7 @@ def hessian_extremes(theta: object, K: object, *, rtol: float | None = None, sol
     """``(theta, K, H, extremes of H)``: the shared first half of both theta-gradients. theta and K are checked once
     each; H, symmetric by construction, only for finiteness (finite theta and K can still overflow it)."""
     xp = namespace(theta, K) if xp is None else xp
-    theta, K = _theta_and_K(theta, K, check, xp)
+    theta, K = checked_theta_and_K(theta, K, check, xp)
     H = _symmetric_hessian(theta, K)
     require_values(H, "H(theta)")  # free; theta or K on the meta device (check=False) makes H a meta tensor
     if check:
@@ -92,7 +95,7 @@ def preconditioned_step(theta: object, K: object, grad: object, eta: float, ridg
     singular to working precision and a ``ValueError`` asks for ``ridge > 0``. With ``ridge > 0``,
     ``K + ridge I`` must be positive definite.
     """
-    theta, K = _theta_and_K(theta, K, check)
+    theta, K = checked_theta_and_K(theta, K, check)
     grad = matrix(grad, "grad", check=check)
     same_kind(theta, grad)
     if grad.shape != theta.shape:

@@ -29,25 +29,14 @@ from typing import Any
 import numpy as np
 
 from kappalab.atomic_io import write_json
-from kappalab.cli_options import Parser, UsageError, command, positive_int, seed as seed_type
+from kappalab.cli_options import Parser, UsageError, budget, command, positive_int, seed as seed_type
 from kappalab.data.fetch import digest_of
-from kappalab.estimators import EXACT_BOOT_BUDGET, Estimate, estimate_all
+from kappalab.estimators import EXACT_BOOT_BUDGET, Estimate, check_feature_shapes, estimate_all
 from kappalab.provenance import provenance
 from kappalab.results import to_jsonable
 
 FEATURES = (("p0", "theta_0 on D_P"), ("h0", "theta_0 on D_H"), ("pi", "theta_I on D_P"), ("hi", "theta_I on D_H"))
 IMAGES = ("model", "weights0", "weightsI", "p_images", "h_images")
-
-
-def _budget(text: str) -> float:
-    """An argparse type: a number >= 0 (``inf`` allowed)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0 (or inf), got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0 (or inf), got {text!r}")
-    return value
 
 
 #: what --help prints above the options (the module docstring and docs/measure.md hold the long account)
@@ -91,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the group estimators' bootstrap resamples (default 1000)")
     p.add_argument("--n-boot-exact", type=positive_int, default=200,
                    help="the exact estimator's bootstrap resamples over samples (default 200)")
-    p.add_argument("--exact-budget", type=_budget, default=EXACT_BOOT_BUDGET, metavar="MULADDS",
+    p.add_argument("--exact-budget", type=budget, default=EXACT_BOOT_BUDGET, metavar="MULADDS",
                    help="run the exact bootstrap only below this many multiply-adds (n_boot_exact x 4 SVDs of N x D; "
                         f"default {EXACT_BOOT_BUDGET:.0e}, of the order of a CPU-minute; 'inf': always)")
     return p
@@ -127,21 +116,13 @@ def load_features(path: str, argument: str) -> np.ndarray:
 
 
 def check_shapes(features: dict[str, np.ndarray], group_size: int) -> None:
-    """The features form's contract, as one-line UsageErrors naming the arguments."""
-    dims = {f"--{k}": F.shape[1] for k, F in features.items()}
-    if len(set(dims.values())) != 1:
-        raise UsageError(f"the four feature files must have the same D (columns), got "
-                         + ", ".join(f"{k} {d}" for k, d in dims.items()))
-    dim = dims["--p0"]
-    for a, b, task in (("p0", "pi", "D_P"), ("h0", "hi", "D_H")):
-        n, m = features[a].shape[0], features[b].shape[0]
-        if n != m:
-            raise UsageError(f"--{a} and --{b} must hold the same {task} samples (one row each), got {n} and {m} rows")
-        if n < dim:
-            raise UsageError(f"--{a}: {n} {task} samples for D = {dim}: the exact estimator needs N >= D (pass at "
-                             f"least {dim} samples)")
-        if n < group_size:
-            raise UsageError(f"--{a}: {n} {task} samples, fewer than --group-size {group_size}")
+    """The features form's contract (:func:`kappalab.estimators.check_feature_shapes`), as one-line UsageErrors
+    naming the arguments."""
+    try:
+        check_feature_shapes({f"--{k}": features[k].shape for k, _ in FEATURES}, group_size,
+                             group_size_name="--group-size")
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def alignment_summary(p0: np.ndarray, h0: np.ndarray) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kappalab.cli_options import command
+from kappalab.cli_options import command, positive_int, seed
 
 DEFAULT_OUT = Path("results") / "analyze"
 
@@ -28,24 +28,6 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse prints usage + message and exits; we want one line
         raise UsageError(f"{self.prog}: {message}")
-
-
-def _integer(minimum: int, what: str):
-    """argparse type: an integer >= ``minimum``, else a one-line error naming ``what``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-
-    return parse
-
-
-_positive_int = _integer(1, "a positive integer")
-_seed = _integer(0, "a non-negative integer seed")
 
 
 def _pairs(text: str) -> list[tuple[int, int]]:
@@ -83,18 +65,18 @@ def parser() -> argparse.ArgumentParser:
     al.add_argument("--out", type=Path, default=None, help=f"output folder (default {DEFAULT_OUT}/alignment)")
     al.add_argument("--root", type=Path, default=Path("."),
                     help="repository root holding docs/reproduction (default .)")
-    al.add_argument("--seed", type=_seed, default=0, help="bootstrap seed (default 0)")
+    al.add_argument("--seed", type=seed, default=0, help="bootstrap seed (default 0)")
     mo = sub.add_parser("monotonicity", help="per-step kappa moves and Thm 4.3 step bounds in a sample of runs",
                         description="Per optimizer step of a small sample of Table 1 and Table 2 runs: whether "
                                     "kappa(H_P) went down and kappa(H_H) up, and the step against Thm 4.3's bounds. "
                                     "Details: docs/theory_on_data.md.")
     mo.add_argument("--out", type=Path, default=None, help=f"output folder (default {DEFAULT_OUT}/monotonicity)")
-    mo.add_argument("--table1-seeds", type=_seed, nargs="+", default=[0, 1], help="Table 1 (paper protocol) seeds")
-    mo.add_argument("--table1-epochs", type=_positive_int, default=100, help="Table 1 epochs (= full-batch steps)")
+    mo.add_argument("--table1-seeds", type=seed, nargs="+", default=[0, 1], help="Table 1 (paper protocol) seeds")
+    mo.add_argument("--table1-epochs", type=positive_int, default=100, help="Table 1 epochs (= full-batch steps)")
     mo.add_argument("--table2-pairs", type=_pairs, default=[(0, 1), (7, 3)], help="Table 2 digit pairs, e.g. 0-1,7-3")
-    mo.add_argument("--table2-seed", type=_seed, default=0, help="Table 2 seed")
-    mo.add_argument("--table2-epochs", type=_positive_int, default=1, help="Table 2 epochs (7 minibatch steps each)")
-    mo.add_argument("--table2-steps", type=_positive_int, default=4, help="Table 2: measure the first N steps")
+    mo.add_argument("--table2-seed", type=seed, default=0, help="Table 2 seed")
+    mo.add_argument("--table2-epochs", type=positive_int, default=1, help="Table 2 epochs (7 minibatch steps each)")
+    mo.add_argument("--table2-steps", type=positive_int, default=4, help="Table 2: measure the first N steps")
     mo.add_argument("--skip-table2", action="store_true", help="only the Table 1 sample")
     return ap
 

@@ -37,14 +37,14 @@ from scipy.stats import spearmanr
 from kappalab.alignment import best_rir, eigensystem, eigenspace_angles, weighted_alignment, whitening_theta
 from kappalab.atomic_io import atomic_open, save_figure, write_text
 from kappalab.errors import DegenerateSpectrumError
+from kappalab.methods import LABELS, PAPER_ORDER
 
 from .stats import BOOTSTRAP_REPS, CONFIDENCE, spearman_bootstrap
 
 TABLE1_STORES = {"paper": Path("docs/reproduction/table1/paper"), "official": Path("docs/reproduction/table1/official")}
 TABLE2_STORE = Path("docs/reproduction/table2/features")
 TABLE2_CSV = "table2_official.csv"
-METHODS = ("rill_only", "imma", "opt_kappa", "ours")
-LABELS = {"rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa": "Opt kappa", "ours": "Ours"}
+METHODS = PAPER_ORDER
 R_LEADING = 10  #: dimension of the leading eigenspaces compared by the "overlap" measure
 #: measure -> (label, sign of the correlation with the achieved RIR that Sec. 3.1's explanation predicts)
 MEASURES = {

@@ -44,13 +44,13 @@ from kappalab.alignment import range_basis
 from kappalab.atomic_io import atomic_open, save_figure, write_text
 from kappalab.errors import KappalabError
 from kappalab.linear import hessian, hessian_extremes
+from kappalab.methods import LABELS, PAPER_ORDER
 from kappalab.regularizers import ill_denominator
 from kappalab.spectral import Extremes
 
 from .alignment_on_data import covariance
 
-METHODS = ("rill_only", "imma", "opt_kappa", "ours")
-LABELS = {"rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa": "Opt kappa", "ours": "Ours"}
+METHODS = PAPER_ORDER
 
 
 def corrected_bound_well(e: Extremes, D: int) -> float:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as nnf
@@ -53,19 +53,18 @@ from ..gram import r_ill_of_features, r_well_of_features
 from ..immunization.config import PROTOCOLS
 from ..immunization.spectra import FeatureGram, torch_extremes
 from ..kappa import DEFAULT_SHIFT
+from ..methods import CONTROLS as _CONTROLS, DEEP_METHODS, LABELS, SPECS
 from ..regularizers import r_ill, r_well
 from .model import ImmunizableModel, feature_matrix, hessian_tilde
 from .official import kappa_log_loss, r_ill_official, r_well_official
 
-Method = Literal["ours", "rill_only", "imma", "opt_kappa", "oracle", "task_only"]
-#: the paper's four methods
-METHODS: tuple[str, ...] = ("ours", "rill_only", "imma", "opt_kappa")
+#: the paper's four methods (:data:`kappalab.methods.DEEP_METHODS`)
+METHODS: tuple[str, ...] = DEEP_METHODS
 #: the controls of Table 3's decision (module docstring): what the measure can do here, and what D_P training alone does
-CONTROLS: tuple[str, ...] = ("oracle", "task_only")
-METHOD_LABELS = {"ours": "Ours", "rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa": "Opt kappa",
-                 "oracle": "Oracle (control)", "task_only": "Task only (control)"}
+CONTROLS: tuple[str, ...] = _CONTROLS
+METHOD_LABELS = {m: LABELS[m] for m in METHODS + CONTROLS}
 #: the optimizer of each method that does not use the paper's SGD (Appendix C.2)
-OPTIMIZER_OF: dict[str, str] = {"oracle": "adam"}
+OPTIMIZER_OF: dict[str, str] = {m: SPECS[m].optimizer for m in METHODS + CONTROLS if SPECS[m].optimizer != "sgd"}
 
 
 @dataclass(frozen=True)
@@ -165,33 +164,34 @@ def objective_terms(model: ImmunizableModel, method: str, batch_P: Any, batch_H:
     terms = {"task": nnf.cross_entropy(model.classifier(model.head_features(z_P)), y_P,
                                        label_smoothing=cfg.label_smoothing)}
     route = cfg.spectral_route
-    if method == "task_only":
+    spec = SPECS[method]
+    if spec.objective == "task":
         return terms
-    if method == "oracle":
+    if spec.objective == "log_kappa_ratio":
         log_kappa = lambda F: torch.log(kappa_autograd(feature_matrix(F, route), cfg.reg_rtol))  # noqa: E731
         terms["log_kappa_ratio"] = log_kappa(model.head_features(z_P)) - log_kappa(model.features(x_H))
-    elif official and method in ("ours", "rill_only", "opt_kappa"):
+    elif official and spec.objective in ("eq11", "kappa_gap"):
         # their K = X1.size(-1): the D_P image batch's last dimension (official_k when the batch holds cached
         # trunk activations instead of images)
         k = cfg.official_k or int(x_P.shape[-1])
         S_H = feature_matrix(model.features(x_H), route)
         S_P = feature_matrix(model.head_features(z_P), route)
-        if method == "opt_kappa":
+        if spec.objective == "kappa_gap":
             terms["kappa_log"] = kappa_log_loss(S_P, S_H, cfg.shift)
         else:
             terms["r_ill"] = r_ill_official(S_H, k, cfg.shift)
-            if method == "ours":
+            if spec.r_well:
                 terms["r_well"] = r_well_official(S_P, k, cfg.shift)
-    elif method in ("ours", "rill_only"):
+    elif spec.objective == "eq11":
         F_H = model.head_features(model.pre_features(x_H), precondition=True, route=route)
         terms["r_ill"] = regularizer("r_ill", F_H, cfg)
-        if method == "ours":
+        if spec.r_well:
             terms["r_well"] = regularizer("r_well", model.head_features(z_P, precondition=True, route=route), cfg)
-    elif method == "opt_kappa":
+    elif spec.objective == "kappa_gap":
         F_H = model.head_features(model.pre_features(x_H))
         terms["kappa_gap"] = (kappa_autograd(feature_matrix(model.head_features(z_P), route), cfg.reg_rtol)
                               - kappa_autograd(feature_matrix(F_H, route), cfg.reg_rtol))
-    else:  # imma
+    else:  # bilevel: IMMA
         F_H = model.head_features(model.pre_features(x_H))
         W = torch.zeros(F_H.shape[1], cfg.harmful_classes, dtype=F_H.dtype, device=F_H.device, requires_grad=True)
         for _ in range(cfg.imma_inner_steps):

@@ -26,6 +26,7 @@ the features quadruples it) rather than of their conditioning. Where ``D_hid <= 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -141,20 +142,22 @@ def linear_probe_curve(F_train: torch.Tensor, y_train: torch.Tensor, F_test: tor
     """
     if not (isinstance(epochs, int) and epochs >= 0):
         raise ValueError(f"epochs must be a non-negative int, got {epochs!r}")
-    N = F_train.shape[0]
-    eta = probe_step(F_train, step)
-    W = torch.zeros(F_train.shape[1], num_classes, dtype=F_train.dtype, device=F_train.device)
-    Y = torch.nn.functional.one_hot(y_train, num_classes).to(F_train.dtype)
+    descent = _probe_descent(F_train, y_train, num_classes, probe_step(F_train, step))
+    return [float(((F_test @ W).argmax(1) == y_test).to(torch.float64).mean())
+            for _, (W, _) in zip(range(epochs + 1), descent)]
 
-    def test_acc() -> float:
-        return float(((F_test @ W).argmax(1) == y_test).to(torch.float64).mean())
 
-    curve = [test_acc()]
-    for _ in range(epochs):
-        grad = F_train.T @ (torch.softmax(F_train @ W, 1) - Y) / N
-        W = W - eta * grad
-        curve.append(test_acc())
-    return curve
+def _probe_descent(F: torch.Tensor, y: torch.Tensor, num_classes: int,
+                   eta: float) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The probes' full-batch softmax gradient descent from ``W_0 = 0``: ``W_{t+1} = W_t - eta F^T (softmax(F W_t)
+    - Y) / N`` (Y one-hot); yields ``(W_t, F W_t)`` for t = 0, 1, ... without end."""
+    N = F.shape[0]
+    W = torch.zeros(F.shape[1], num_classes, dtype=F.dtype, device=F.device)
+    Y = torch.nn.functional.one_hot(y, num_classes).to(F.dtype)
+    while True:
+        logits = F @ W
+        yield W, logits
+        W = W - eta * (F.T @ (torch.softmax(logits, 1) - Y) / N)
 
 
 def probe_step(F: torch.Tensor, step: str | float) -> float:
@@ -173,13 +176,9 @@ def probe_iterations_to_loss(F: torch.Tensor, y: torch.Tensor, *, num_classes: i
     most ``target``; None when ``max_iter`` iterations do not reach it."""
     if not (isinstance(max_iter, int) and max_iter >= 1) or not target > 0:
         raise ValueError(f"max_iter must be a positive int and target > 0, got {max_iter!r}, {target!r}")
-    eta, N = probe_step(F, step), F.shape[0]
-    W = torch.zeros(F.shape[1], num_classes, dtype=F.dtype, device=F.device)
-    Y = torch.nn.functional.one_hot(y, num_classes).to(F.dtype)
-    for t in range(max_iter + 1):
-        logits = F @ W
+    descent = _probe_descent(F, y, num_classes, probe_step(F, step))
+    for t, (_, logits) in zip(range(max_iter + 1), descent):
         if float(torch.nn.functional.cross_entropy(logits, y)) <= target:
             return t
-        W = W - eta * F.T @ (torch.softmax(logits, 1) - Y) / N
     return None
 

@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from ..distributed import init_distributed, world
+from ..methods import IMMA, OPT_KAPPA
 from .task import Task
-from .train import init_distributed, world
 
 if TYPE_CHECKING:
     from kappalab.reproduce.table3.config import Table3Config
@@ -58,8 +59,8 @@ def paper_task(cfg: Table3Config, args: argparse.Namespace, work: Path) -> Task:
     weights = None if random_init else _require(args.weights, "--weights",
                                                 f"a local timm state dict of {cfg.timm_name}")
     device = init_distributed(args.device)
-    for key in ("lambda_kappa", "lambda_imma"):
-        method = {"lambda_kappa": "opt_kappa", "lambda_imma": "imma"}[key]
+    for spec in (OPT_KAPPA, IMMA):  # the two weights the paper does not give
+        (key,), method = spec.lambdas, spec.name
         if method in (args.methods or cfg.methods) and getattr(cfg, key) is None and not args.calibrate:
             raise ValueError(f"config {cfg.config_file}: {key} is null (not in the paper); run --calibrate and "
                              f"set it, or leave out {method} with --methods")

@@ -9,10 +9,11 @@ Checkpoints are read with ``weights_only=True``: tensors and plain containers on
 The position inside the D_P loader is not saved: a resumed run restarts D_P at a fresh shuffle
 (with a ``DistributedSampler``, the pass count of :class:`CombinedLoader` restarts at 0 too).
 
-Data parallel: under ``torchrun`` (``WORLD_SIZE > 1`` in the environment) :func:`init_distributed` sets up the
-process group; every rank computes its terms (and ``H~``) on its own batches, and :func:`allreduce_gradients`
-averages the gradients before each step (DDP's gradient averaging, done explicitly because the objectives call
-the network several times per step). Only rank 0 writes checkpoints.
+Data parallel: under ``torchrun`` (``WORLD_SIZE > 1`` in the environment)
+:func:`kappalab.distributed.init_distributed` sets up the process group; every rank computes its terms (and ``H~``)
+on its own batches, and :func:`allreduce_gradients` averages the gradients before each step (DDP's gradient
+averaging, done explicitly because the objectives call the network several times per step). Only rank 0 writes
+checkpoints.
 
 Host copies: the step loop reads nothing back from the device (terms are summed on the device, finiteness is a
 device flag read once per epoch); what the objectives' spectral core reads back is its own (see the tests).
@@ -20,7 +21,6 @@ device flag read once per epoch); what the objectives' spectral core reads back 
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from ..atomic_io import torch_save
+from ..distributed import world
 from ..errors import DegenerateSpectrumWarning, UndefinedRegularizerError
 from .loader import CombinedLoader
 from .methods import ObjectiveConfig, objective_terms, weighted_loss
@@ -65,28 +66,6 @@ def make_optimizer(model: ImmunizableModel, cfg: TrainConfig) -> torch.optim.Opt
     if cfg.optimizer != "sgd":
         raise ValueError(f"optimizer must be 'sgd' or 'adam', got {cfg.optimizer!r}")
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
-
-
-def world() -> tuple[int, int]:
-    """(rank, world size) of the current process group, (0, 1) without one."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def init_distributed(device: str) -> str:
-    """Initialise torch.distributed when launched by torchrun (``WORLD_SIZE > 1``); returns the device to use
-    (``cuda:LOCAL_RANK`` for a CUDA run)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return device
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    backend = "nccl" if device.startswith("cuda") else "gloo"
-    if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend=backend)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(local_rank)
-        return f"cuda:{local_rank}"
-    return device
 
 
 def allreduce_gradients(params: list[nn.Parameter]) -> None:

@@ -3,7 +3,7 @@
 * :class:`LinearTask` - the data of one problem; :func:`house_prices_task` builds Table 1's.
 * :class:`MethodConfig` (its typed :class:`Extras`) / :func:`load_config` - run settings from the shipped configs
   (:mod:`kappalab.configs`).
-* :func:`immunize` - train one method ("ours", "rill_only", "imma", "opt_kappa") under one protocol ("paper":
+* :func:`immunize` - train one method (:data:`METHODS`, :mod:`kappalab.methods`) under one protocol ("paper":
   Alg. 1 as stated; "official": what the authors' code does) -> :class:`ImmunizationRun`.
 * :func:`evaluate` - Eq. 15 under both kappa definitions ("pinv", "shifted") with a tolerance sensitivity block.
 * :func:`exact_line_search_gd` - Figure 1's linear probing curves (Eq. 16).

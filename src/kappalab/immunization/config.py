@@ -23,10 +23,11 @@ from typing import Any, Literal, Mapping, get_type_hints
 
 from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, conforms, described, read, set_dotted
 from kappalab.kappa import DEFAULT_SHIFT
+from kappalab.methods import LINEAR_METHODS
 
-Method = Literal["ours", "rill_only", "imma", "opt_kappa", "opt_kappa_log"]
+Method = Literal[LINEAR_METHODS]  # type: ignore[valid-type]  # the registry's names, checked by conforms()
 Protocol = Literal["paper", "official"]
-METHODS: tuple[str, ...] = ("ours", "rill_only", "imma", "opt_kappa", "opt_kappa_log")
+METHODS: tuple[str, ...] = LINEAR_METHODS
 
 __all__ = ["CONFIG_DIR", "EXTRA_NAMES", "IDENTITY_WHEN_SET", "Extras", "FIELDS", "METHODS", "PROTOCOLS", "MethodConfig",
            "load_config", "table1_config"]
@@ -129,7 +130,7 @@ class MethodConfig:
     """Everything one immunization run needs.
 
     Attributes:
-        method: "ours" (Eq. 11 / Alg. 1), "rill_only", "imma" or "opt_kappa".
+        method: one of :data:`METHODS` (:mod:`kappalab.methods`; ``ours``: Eq. 11 / Alg. 1).
         protocol: "paper" (Alg. 1 as stated) or "official" (what the authors' public code does).
         eta: Adam learning rate (Table 4's eta).
         lambda_P: weight of the R_well term (Table 4).

@@ -31,9 +31,10 @@ from tqdm.auto import tqdm
 
 from kappalab.errors import DegenerateSpectrumWarning
 from kappalab.extremes import FallbackCount, count_fallbacks
+from kappalab.methods import SPECS
 
 from . import official_step
-from .config import MethodConfig
+from .config import METHODS, MethodConfig
 from .features_route import theta_gradient
 from .paper_step import closed_form_gradients
 from .protocols import Protocol, make_protocol
@@ -114,10 +115,10 @@ def _imma_terms(proto: Protocol, p: Params, b: Batch, cfg: MethodConfig) -> list
             Term("loss_H", loss_H, [p.w_H])]
 
 
+_TERMS_OF_OBJECTIVE = {"eq11": _eq11_terms, "kappa_gap": _opt_kappa_terms, "bilevel": _imma_terms}
+#: method -> the terms of its objective (:attr:`kappalab.methods.MethodSpec.objective`)
 TERMS: dict[str, Callable[[Protocol, Params, Batch, MethodConfig], list[Term]]] = {
-    "ours": _eq11_terms, "rill_only": _eq11_terms, "opt_kappa": _opt_kappa_terms, "imma": _imma_terms,
-    "opt_kappa_log": _opt_kappa_terms,
-}
+    m: _TERMS_OF_OBJECTIVE[SPECS[m].objective] for m in METHODS}
 
 
 def step_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodConfig, *, closed_form: bool = True,

@@ -38,10 +38,11 @@ from .protocols import OfficialProtocol, Protocol
 from .spectra import (FeatureGram, extremes_of_gram_spectrum, kappa_of_extremes, official_r1_coefficient,
                       official_r2_coefficient, official_r2_of_extremes, shifted_kappa_coefficient, top_projector)
 from .step_types import Batch, Params, Term
+from ..methods import IMMA, OPT_KAPPA, OURS, RILL_ONLY
 from ..woodbury import addmm
 
 #: the methods with a closed-form official step (IMMA: with one inner step)
-CLOSED_FORM_METHODS: tuple[str, ...] = ("ours", "rill_only", "opt_kappa", "imma")
+CLOSED_FORM_METHODS: tuple[str, ...] = (OURS.name, RILL_ONLY.name, OPT_KAPPA.name, IMMA.name)
 
 
 def applies(proto: Protocol, batch: Batch, cfg: MethodConfig) -> bool:

@@ -42,6 +42,7 @@ import torch
 
 from kappalab.dummy_layer import precondition_weight_grad
 from kappalab.linear import hessian
+from kappalab.methods import OURS, RILL_ONLY
 from kappalab.regularizers import r_ill, r_well
 
 from .config import MethodConfig
@@ -305,7 +306,7 @@ class PaperProtocol(Protocol):
 
     name = "paper"
     routes = ("dense", "closed_form")
-    route_methods = {"closed_form": ("ours", "rill_only")}  #: immunization.paper_step (Eq. 11's terms)
+    route_methods = {"closed_form": (OURS.name, RILL_ONLY.name)}  #: immunization.paper_step (Eq. 11's terms)
     precondition_side = "input"
     kappa_definition = "pinv"
     has_bias = False

@@ -34,7 +34,7 @@ import numpy as np
 
 from kappalab.atomic_io import save_npy
 from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
-                                  data_errors, positive_int, seed, unique)
+                                  data_errors, positive_float, positive_int, seed, unique)
 from kappalab.configs import PROTOCOLS, read_overrides
 from kappalab.extremes import eigensolver_option
 from kappalab.results import MEAN_STD_CONVENTION
@@ -47,17 +47,6 @@ SELECTIONS = ("none", "paper", "validation")
 QUICK_EPOCHS = {"paper": 3, "official": 2}
 QUICK_PROBE_ITERS = 50
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
-
-
-def positive_float(text: str) -> float:
-    """An argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
 
 
 #: what --help prints above the options (the module docstring and docs/reproduction/table1.md hold the long account)

@@ -4,6 +4,8 @@ the command, :mod:`kappalab.reproduce.table1.cli`, its report, :mod:`.report`, a
 
 from __future__ import annotations
 
+from kappalab.methods import DEEP_METHODS, IMMA, LABELS as METHOD_LABELS, OPT_KAPPA, OPT_KAPPA_LOG, PAPER_ORDER
+
 #: Table 1 of the paper (CLAIMS.md): REFERENCE ONLY, never used in any computation.
 PAPER_TABLE1: dict[str, dict[str, tuple[float, float]]] = {
     "rill_only": {"term_i": (90.02, 3.773), "term_ii": (72.415, 3.545), "rir": (1.244, 0.021)},
@@ -11,11 +13,11 @@ PAPER_TABLE1: dict[str, dict[str, tuple[float, float]]] = {
     "opt_kappa": {"term_i": (1.518, 0.027), "term_ii": (0.016, 0.001), "rir": (92.58, 4.492)},
     "ours": {"term_i": (18.92, 2.056), "term_ii": (0.053, 0.002), "rir": (356.20, 5.491)},
 }
-LABELS = {"ours": "Ours", "rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa": "Opt kappa",
-          "identity": "Identity", "opt_kappa_log": "Opt kappa (authors' kappa_loss)",
-          "imma_bilevel30": "IMMA (30 inner steps, lr 1e-4)"}
-ORDER = ("rill_only", "imma", "opt_kappa", "ours")
+#: the methods' labels (:mod:`kappalab.methods`), the identity theta's and the hint rows'
+LABELS = {**{m: METHOD_LABELS[m] for m in DEEP_METHODS}, "identity": "Identity",
+          OPT_KAPPA_LOG.name: OPT_KAPPA_LOG.label, "imma_bilevel30": "IMMA (30 inner steps, lr 1e-4)"}
+ORDER = PAPER_ORDER
 #: baselines built from the authors' unused helpers (configs ``table1_<protocol>_<name>.json``) -> the paper row
 #: they stand for
-HINTS = {"opt_kappa_log": "opt_kappa", "imma_bilevel30": "imma"}
+HINTS = {OPT_KAPPA_LOG.name: OPT_KAPPA.name, "imma_bilevel30": IMMA.name}
 ALL = ORDER + tuple(HINTS)

@@ -3,9 +3,11 @@ settings (one place, read by every module of the package)."""
 
 from __future__ import annotations
 
-METHODS = ("rill_only", "imma", "opt_kappa", "ours")
+from kappalab.methods import LABELS, PAPER_ORDER
+
+METHODS = PAPER_ORDER
 ENGINES = ("auto", "single", "batched")  #: ``--engine``: the rule (:mod:`.engine`) or one of the two engines
-METHOD_LABELS = {"rill_only": "R_ill Only", "imma": "IMMA", "opt_kappa": "Opt kappa", "ours": "Ours"}
+METHOD_LABELS = {m: LABELS[m] for m in METHODS}
 #: The 90 ordered pairs, offset-major: (0,1), (1,2), ..., (9,0), then (0,2), ... Each block of 10 uses every digit
 #: once as D_P and once as D_H, so a partial sweep is a balanced sample.
 ALL_PAIRS = tuple((a, (a + d) % 10) for d in range(1, 10) for a in range(10))

@@ -20,7 +20,7 @@ from ..identity import data_identity, identity
 from .config import Table3Config, resolved
 from .proxy import proxy_task
 from .report import aggregate
-from .run import _calibration, run_keys, run_on_every_rank
+from .run import calibrate, run_keys, run_on_every_rank
 from .search import run_search
 
 
@@ -95,7 +95,7 @@ def _run(call) -> int:
             except (ValueError, FileNotFoundError, ImportError) as error:  # missing inputs or kappalab[deep]
                 raise UsageError(f"--arch {args.arch}: {str(error).splitlines()[0]}") from None
         if args.calibrate:
-            print(json.dumps(_calibration(task, task.theta0(seeds[0]), cfg, seeds[0]), indent=2))
+            print(json.dumps(calibrate(task, task.theta0(seeds[0]), cfg, seeds[0]), indent=2))
             return 0
         keys = run_keys(task, cfg, data, seeds, methods)
         t0 = time.perf_counter()

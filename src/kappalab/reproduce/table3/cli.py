@@ -49,12 +49,12 @@ from pathlib import Path
 from kappalab.cli_options import (RESULTS, Parser, UsageError, check_device, check_out, command, seed as seed_type,
                                   unique)
 from kappalab.configs import PROTOCOLS
+from kappalab.methods import CONTROLS, DEEP_METHODS
 from kappalab.reproduce.table3.config import Table3Config
 from kappalab.reproduce.table3.constants import VALIDATION
 
-#: the method and control names (kappalab.deep.METHODS + CONTROLS; repeated here so that parsing needs no torch,
-#: checked by a test)
-METHODS = ("ours", "rill_only", "imma", "opt_kappa", "oracle", "task_only")
+#: the method and control names (kappalab.deep.METHODS + CONTROLS, from the registry that needs no torch)
+METHODS = DEEP_METHODS + CONTROLS
 
 
 #: what ``--help`` prints above the options (the module docstring is the long account; docs/reproduction/table3.md)

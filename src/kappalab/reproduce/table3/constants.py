@@ -3,6 +3,8 @@ settings line name, and the parts the real network's images are drawn into (:mod
 
 from __future__ import annotations
 
+from kappalab.methods import DEEP_METHODS, SPECS
+
 PAPER_TABLE3 = {  # Table 3 of the paper, ResNet18 / Cars and Country211: (i), (ii), RIR_theta0, D_P test acc.
     "cars": {"rill_only": (1.878, 1.786, 1.057, 63.84), "imma": (0.866, 0.889, 0.974, 63.57),
              "opt_kappa": (1.217, 0.798, 1.527, 63.65), "ours": (2.386, 0.699, 3.467, 62.36)},
@@ -11,8 +13,7 @@ PAPER_TABLE3 = {  # Table 3 of the paper, ResNet18 / Cars and Country211: (i), (
 }
 
 #: method -> the objective weights (lambdas) it trains with: the search's grids and the table's settings line
-LAMBDA_OF = {"ours": ("lambda_H", "lambda_P"), "rill_only": ("lambda_H",), "opt_kappa": ("lambda_kappa",),
-             "imma": ("lambda_imma",)}
+LAMBDA_OF = {m: SPECS[m].lambdas for m in DEEP_METHODS}
 
 #: the parts every real-network run draws (:mod:`.real_data`); their images go through the trunk together
 PARTS = ("train", "heldout", "test")

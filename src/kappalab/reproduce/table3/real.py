@@ -52,7 +52,7 @@ from .grid import grid_points
 from .measures import Checkpoints, checkpoint_epochs, displacement, features_rtol, group_spectra
 from .constants import VALIDATION
 from .real_data import Parts, draw_parts
-from .run import _calibration, objective_config, train_config
+from .run import calibrate, objective_config, train_config
 
 ARCH = "efficientnet_lite0"
 CLASSES = 10
@@ -325,7 +325,7 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
             measure_theta0(bench, base, pcfg)
             if method == "init":
                 if seed not in calibration:
-                    calibration[seed] = _calibration(task, base, pcfg, seed)
+                    calibration[seed] = calibrate(task, base, pcfg, seed)
                 record["calibration"] = calibration[seed]
                 record["utility"] = {k: v for k, v in bench.theta0.utility.items() if k != "imagenet_top1"}
                 if bench.validating:

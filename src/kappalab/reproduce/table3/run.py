@@ -19,8 +19,7 @@ from ...deep.methods import CONTROLS, OPTIMIZER_OF, WEIGHTS
 from ...deep import (METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig, TrainConfig, accuracy,
                      balanced_scale, extract_features, gradient_norms, immunize, linear_probe_curve, rir_theta0)
 from ...deep.task import Task
-from ...deep.train import world
-from ...distributed import finish_distributed
+from ...distributed import finish_distributed, world
 from ...errors import DegenerateSpectrumWarning
 from ...extremes import eigensolver_option
 from ...provenance import provenance
@@ -59,7 +58,7 @@ def train_config(cfg: Table3Config, method: str | None = None) -> TrainConfig:
                        optimizer=OPTIMIZER_OF.get(method, "sgd"))
 
 
-def _calibration(task: Task, model: ImmunizableModel, cfg: Table3Config, seed: int) -> dict[str, Any]:
+def calibrate(task: Task, model: ImmunizableModel, cfg: Table3Config, seed: int) -> dict[str, Any]:
     """Mean gradient norms of every term at theta_0 over ``calibration_batches`` batch pairs, and the balanced
     lambdas (tied extreme eigenvalues of a batch's H~ are counted, not printed). Computed on a copy of ``model``
     in training mode, as a training step sees it: BatchNorm layers of the immunized blocks use batch statistics
@@ -128,7 +127,7 @@ def run_task(task: Task, cfg: Table3Config, store: RunStore, work: Path, seeds: 
         base = task.theta0(seed)
         record: dict[str, Any] = {"key": key, "task": task.name, "seed": seed, "method": method, "identity": ident}
         if method == "init":
-            record["calibration"] = _calibration(task, base, cfg, seed)
+            record["calibration"] = calibrate(task, base, cfg, seed)
             record.update(evaluate(task, base, None, cfg, seed))
         else:
             model = copy.deepcopy(base)

@@ -15,12 +15,13 @@ from ...atomic_io import write_json, write_text
 from ...deep import METHOD_LABELS, CombinedLoader, ImmunizableModel, accuracy, extract_features, immunize, rir_theta0
 from ...deep.task import Task
 from ...deep.train import DIVERGED
+from ...methods import IMMA, OPT_KAPPA, RILL_ONLY
 from ...provenance import provenance
 from ...results import RunStore
 from .config import Table3Config
 from .proxy import proxy_task
 from .report import fmt_weight
-from .run import _calibration, objective_config, train_config
+from .run import calibrate, objective_config, train_config
 
 
 def _search_candidate(task: Task, base: ImmunizableModel, ref_feats: tuple[torch.Tensor, torch.Tensor],
@@ -76,7 +77,7 @@ def run_search(cfg: Table3Config, out: Path, work: Path) -> dict[str, Any]:
     ref = tuple(extract_features(base, X, task.device) for X in (task.rir_H, task.rir_P))
     head_key = "search/init"
     if head_key not in store.done_keys():
-        calib = _calibration(task, base, cfg, seed)
+        calib = calibrate(task, base, cfg, seed)
         store.append({"key": head_key, "calibration": calib, "val_dp_acc": accuracy(base, task.test_P, task.device),
                       "scales": {r: scales(calib["grad_norms"], r) for r in s.readings},
                       "provenance": provenance(seed, cfg, device=task.device, dtype="float64",
@@ -120,11 +121,11 @@ def run_search(cfg: Table3Config, out: Path, work: Path) -> dict[str, Any]:
         selected["ours"] = {**pick[0]["lambdas"], "epochs": pick[1], "val": pick[0]["epochs"][pick[1] - 1]}
     lam_H = selected.get("ours", {}).get("lambda_H", lam_H)
     for method, name, cands in (
-            ("rill_only", "rill_only", [{"lambda_H": lam_H}]),
-            ("opt_kappa", "opt_kappa", [{"lambda_kappa": v} for v in grid(first["lambda_kappa"],
-                                                                          s.lambda_kappa_offsets, mult)]),
-            ("imma", "imma", [{"lambda_imma": v} for v in grid(first["lambda_imma"], s.lambda_imma_offsets,
-                                                               mult)])):
+            (RILL_ONLY.name, RILL_ONLY.name, [{"lambda_H": lam_H}]),
+            (OPT_KAPPA.name, OPT_KAPPA.name,
+             [{"lambda_kappa": v} for v in grid(first["lambda_kappa"], s.lambda_kappa_offsets, mult)]),
+            (IMMA.name, IMMA.name, [{"lambda_imma": v} for v in grid(first["lambda_imma"], s.lambda_imma_offsets,
+                                                                     mult)])):
         if method not in cfg.methods:
             continue
         pick = best(stage(name, method, cands))

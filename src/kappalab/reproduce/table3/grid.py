@@ -19,9 +19,11 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from ...methods import SPECS
+
 GRID: dict[str, tuple[float, ...]] = {"eta": (1e-5, 1e-4, 1e-3), "lambda_multiple": (1.0, 10.0, 100.0)}
 #: methods whose objective has no lambda, so that the lambda multiple changes nothing
-NO_LAMBDA: tuple[str, ...] = ("task_only",)
+NO_LAMBDA: tuple[str, ...] = tuple(name for name, spec in SPECS.items() if not spec.lambdas)
 #: a setting keeps utility when D_P accuracy falls by at most this many points from theta_0's
 UTILITY_POINTS = 2.0
 

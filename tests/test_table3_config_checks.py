@@ -98,3 +98,12 @@ def test_a_validation_part_is_a_per_class_key_and_enters_the_identity():
         load_table3_config(REAL, overrides={"per_class.validation": 0})
     with pytest.raises(ConfigError, match="per_class.valid"):
         load_table3_config(REAL, overrides={"per_class.valid": 5})
+
+
+def test_a_forced_tensor_eigensolver_is_another_real_run():
+    from kappalab.extremes import forced_method
+    from kappalab.reproduce.table3.real import identity_options
+
+    assert identity_options() == {"device": "cpu", "dtype": "float64"}  # LAPACK: the recorded runs' keys
+    with forced_method("tensor"):
+        assert identity_options() == {"device": "cpu", "dtype": "float64", "eigensolver": "tensor"}

@@ -44,6 +44,7 @@ from ...deep import CombinedLoader, ImmunizableModel, accuracy, extract_features
 from ...deep.metrics import probe_iterations_to_loss
 from ...deep.task import Task
 from ...deep.train import DIVERGED
+from ...extremes import eigensolver_option
 from ...provenance import provenance
 from ...results import RunStore
 from ..identity import identity
@@ -309,7 +310,7 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
     for point, seed in itertools.product(points or [{}], seeds):
         pcfg = dataclasses.replace(cfg, **point)
         run_methods = [m for m in methods if not point or point in grid_points(m)]
-        ident = {m: identity(resolved(pcfg), data_id, {"seed": seed, "method": m, "device": "cpu", "dtype": "float64"})
+        ident = {m: identity(resolved(pcfg), data_id, {"seed": seed, "method": m, **identity_options()})
                  for m in ["init", *run_methods]}
         key = {m: f"{pcfg.name}/{pcfg.protocol}/seed{seed}/{m}.{ident[m]['hash']}" for m in ident}
         keys += key.values()
@@ -341,6 +342,12 @@ def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], m
             print(f"{key[method]}: {record['cpu_s']:.0f} CPU-s" + (f", {record['diverged']}" if "diverged" in record
                                                                      else ""), flush=True)
     return keys
+
+
+def identity_options() -> dict[str, str]:
+    """A real-network run's identity options: the CPU, float64, and the eigensolver as on every other path (a forced
+    tensor eigensolver makes another run; LAPACK, the default, adds nothing, so recorded keys stay)."""
+    return {"device": "cpu", "dtype": "float64", **eigensolver_option("cpu")}
 
 
 def measure_theta0(bench: Bench, base: ImmunizableModel, cfg: Table3Config) -> None:

@@ -13,7 +13,9 @@ fails while a block is out of date.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from pathlib import Path
 from kappalab.findings import MeanStd, claims_table, read_verdicts
 from kappalab.methods import DEEP_METHODS
 from kappalab.reproduce.table1.constants import LABELS, ORDER, PAPER_TABLE1
-from kappalab.reproduce.table2.constants import PAPER_TABLE2
+from kappalab.reproduce.table2.constants import PAPER_FIG2_SUCCESS, PAPER_TABLE2, SUCCESS_THRESHOLD
 from kappalab.reproduce.table3.constants import PAPER_TABLE3
 from kappalab.results import mean_std
 
@@ -149,16 +151,185 @@ def table3_powered_reason(method: str) -> str:
 
 T3_POWERED = Source(T3_POWERED_PATH, table3_powered)
 
+
+# ---- docs/reproduction/table1.md: RIR per method under each protocol --------------------------------------------
+
+TABLE1_SETTINGS: list[tuple[str, Source | None]] = [
+    ("paper (Table 1)", None),
+    ("paper protocol (Alg. 1), Table 4: lr 0.005, 1000 epochs", T1_PAPER),
+    ("paper protocol, lr 0.001, 1000 epochs (the fixed cell closest to 356.2)",
+     Source("table1/lr_grid/table1_paper_lr0.001.json", table1_report)),
+    ("paper protocol, App. C.2's selection (4 lr x 1000 epochs), selected and reported on all rows",
+     Source("table1/lr_grid/selection.json", table1_selection("full", 1.0))),
+    ("the same, selected on a validation half, reported on the held-out half",
+     Source("table1/lr_grid/selection.json", table1_selection("val", 1.0))),
+    ("the same without the (ii) <= 1 condition",
+     Source("table1/lr_grid/selection.json", table1_selection("val", float("inf")))),
+    ("authors' code (official), 1 process, 10 epochs", Source("table1/official/table1.json", table1_report)),
+    ("authors' code, 1 process, 1000 epochs",
+     Source("table1/official_e1000_trajectory/table1_official.json", table1_report)),
+    ("authors' code as shipped: 2 processes, 10 epochs", T1_SHIPPED_10),
+    ("authors' code, 2 processes, 1000 epochs", T1_SHIPPED_1000),
+]
+
+
+def table1_answer() -> str:
+    lines = ["| RIR (pinv kappa), mean ± std (n seeds) | " + " | ".join(LABELS[m] for m in ORDER) + " |",
+             "|---|" + "---|" * len(ORDER)]
+    for label, source in TABLE1_SETTINGS:
+        cells = [paper1(m) if source is None else source.value(m) for m in ORDER]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ---- "why they differ": the words of the Table 1 and Table 2 rows, derived from the committed numbers ----------
+
+CLOSE = 0.10  #: a value within 10 % of the paper's is "close"
+FAR = 10.0  #: a term at least 10x the paper's (one order of magnitude) is "far worse conditioned"
+STILL_RISING = 0.99  #: RIR is "still rising" when every seed's largest RIR falls in the last 1 % of the epochs
+T1_LR = "lr0.005"  #: Table 4's House Prices learning rate: the key of the paper protocol's trajectory facts
+
+
+def times(r: float) -> str:
+    """A ratio >= 1 as "Nx" (two significant digits below FAR, whole numbers above)."""
+    return f"{r:,.0f}x" if r >= FAR else f"{r:.2g}x"
+
+
+def versus(ours: float, paper: float) -> str:
+    """``ours`` against the paper's value: "close (N% low)" within CLOSE, "N% low/high" up to a factor 2,
+    "Nx low/high" beyond."""
+    r = ours / paper
+    side = "low" if r < 1 else "high"
+    if abs(r - 1) <= CLOSE:
+        return f"close ({abs(r - 1):.0%} {side})"
+    return f"{abs(r - 1):.0%} {side}" if 0.5 <= r <= 2 else f"{times(max(r, 1 / r))} {side}"
+
+
+def t1_terms(source: Source, method: str) -> tuple[float, float]:
+    """The mean pinv (i), (ii) over the seeds of a Table 1 report."""
+    s = json.loads((REPRO / source.path).read_text())["summary"][method]["pinv"]
+    return s["term_i"][0], s["term_ii"][0]
+
+
+def t1_worse_conditioned(method: str) -> str:
+    """The paper protocol's (i), (ii) of ``method`` against the paper's; "far worse conditioned" when both >= FAR."""
+    (i, ii), paper = t1_terms(T1_PAPER, method), PAPER_TABLE1[method]
+    ri, rii = i / paper["term_i"][0], ii / paper["term_ii"][0]
+    far = ": both tasks far worse conditioned" if min(ri, rii) >= FAR else ""
+    return f"(i) {times(ri)}, (ii) {times(rii)} the paper's{far}"
+
+
+def t1_trajectory() -> str:
+    """Ours under the paper protocol at Table 4's lr: where each seed's RIR peaks and the smallest (ii) of any epoch
+    >= 1, from the trajectory facts of the lr_grid store (the runs of table1/paper, rerun with trajectories)."""
+    facts = json.loads((REPRO / "table1" / "trajectory_facts.json").read_text())["stores"]["lr_grid"][f"ours/{T1_LR}"]
+    epochs = json.loads((REPRO / T1_PAPER.path).read_text())["meta"]["epochs"]["ours"]
+    lo, hi = min(facts["argmax_epoch"]), max(facts["argmax_epoch"])
+    rising = " (still rising)" if lo >= STILL_RISING * epochs else ""
+    paper = PAPER_TABLE1["ours"]["term_ii"][0]
+    return (f"RIR largest at epoch {lo}-{hi} of {epochs}{rising}; (ii) never below {facts['term_ii_min']:.3g}, "
+            f"{times(facts['term_ii_min'] / paper)} the paper's {paper}")
+
+
+def t1_steps(source: Source) -> int:
+    """The optimizer steps of each of Ours' runs in a Table 1 report (one number: every seed takes as many)."""
+    (steps,) = {r["n_steps"] for r in json.loads((REPRO / source.path).read_text())["runs"] if r["method"] == "ours"}
+    return steps
+
+
+def t1_closest() -> str:
+    """Ours' (i), (ii) at the shipped code's 1000 epochs against the paper's, whether no other fixed setting of
+    table1.md is closer (the larger of the two log ratios), and the seed spread (std / mean of RIR)."""
+    paper = PAPER_TABLE1["ours"]
+
+    def distance(source: Source) -> float:
+        i, ii = t1_terms(source, "ours")
+        return max(abs(math.log(i / paper["term_i"][0])), abs(math.log(ii / paper["term_ii"][0])))
+
+    fixed = [s for _, s in TABLE1_SETTINGS if s is not None and s.read is table1_report]
+    nearest = min(fixed, key=distance) == T1_SHIPPED_1000
+    closest = f", the closest of table1.md's {len(fixed)} fixed settings" if nearest else ""
+    i, ii = t1_terms(T1_SHIPPED_1000, "ours")
+    rir = T1_SHIPPED_1000.read(REPRO / T1_SHIPPED_1000.path, "ours")
+    return (f"(i) {versus(i, paper['term_i'][0])}, (ii) {versus(ii, paper['term_ii'][0])}{closest}; seed spread "
+            f"{rir.std / rir.mean:.0%} (paper: {paper['rir'][1] / paper['rir'][0]:.1%})")
+
+
+def headline(protocol: str, method: str) -> dict:
+    """The full90/headline.json row of ``method`` under ``protocol``."""
+    (row,) = [r for r in json.loads((REPRO / T2_PAPER_90.path).read_text())["rows"]
+              if (r["protocol"], r["method"]) == (protocol, method)]
+    return row
+
+
+def t2_versus(protocol: str, method: str) -> str:
+    """The 90-pair statistic of ``method`` against the paper's RIR."""
+    return versus(headline(protocol, method)["statistic"][0], PAPER_TABLE2[method][2][0])
+
+
+def t2_pairs(protocol: str, method: str) -> str:
+    """How many of the 90 pairs have RIR above SUCCESS_THRESHOLD (seeds' mean of log10 RIR), against Figure 2."""
+    h = headline(protocol, method)
+    return (f"above {SUCCESS_THRESHOLD:g} on {h['pairs_above']} of {h['n_pairs']} pairs (the paper's Figure 2: "
+            f"{PAPER_FIG2_SUCCESS[method]})")
+
+
+def t2_below_one(protocol: str, method: str) -> str:
+    """How many of the 90 pairs have RIR below 1 (seeds' mean of log10 RIR)."""
+    h = headline(protocol, method)
+    return f"{h['pairs_below_one']} of {h['n_pairs']} pairs below 1"
+
+
+def t2_steps(protocol: str, method: str) -> tuple[int, int]:
+    """The fewest and most optimizer steps of a 90-pair store's runs of ``method``."""
+    with (REPRO / "table2" / "full90" / protocol / f"table2_{protocol}.csv").open() as f:
+        steps = [int(r["n_steps"]) for r in csv.DictReader(line for line in f if not line.startswith("#"))
+                 if r["method"] == method]
+    return min(steps), max(steps)
+
+
+def t2_terms(protocol: str, method: str) -> str:
+    """The 90-pair mean pinv (i), (ii) of ``method`` (terms.json) against the paper's."""
+    (row,) = [r for r in json.loads((REPRO / "table2" / "full90" / "terms.json").read_text())["rows"]
+              if (r["protocol"], r["method"], r["kappa"]) == (protocol, method, "pinv")]
+    paper = PAPER_TABLE2[method]
+    return f"(i) {versus(row['term_i']['mean'], paper[0][0])}, (ii) {versus(row['term_ii']['mean'], paper[1][0])}"
+
+
+def span(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def t2_official_ours() -> str:
+    return (f"{t2_pairs('official', 'ours')}; {span(*t2_steps('official', 'ours'))} minibatch steps per run, not "
+            f"{span(*t2_steps('paper', 'ours'))} full-batch ones")
+
+
+def t2_median(method: str) -> str:
+    """The median run's RIR in the 10-pair paper-protocol store at epoch 30."""
+    median = json.loads((REPRO / T2_PAPER.path).read_text())["table"][f"{TABLE2_LR}/{method}"]["median_rir"]
+    return f"median run {median:.3g}" + (", below 1" if median < 1 else "")
+
+
+def t2_held_out(method: str) -> str:
+    """The 10-pair paper-protocol runs on MNIST's test digits, the epoch picked on the validation part."""
+    (rec,) = [r for r in json.loads((REPRO / T2_PAPER.path).read_text())["records"]
+              if r["method"] == method and r["grid"] == "epoch_only" and r["report_on"] == "test"
+              and r["rule"]["max_term_ii"] == float("inf")]
+    return (f"on its training rows only: {MeanStd(*rec['summary']['rir'], len(rec['per_run'])).text()} on MNIST's "
+            "test digits, epoch picked on validation")
+
+
 PAPER_TABLES: dict[str, tuple[str, list[Row]]] = {
     "Table 1, House Prices (RIR of Eq. 15, paper: 5 seeds)": ("docs/reproduction/table1.md", [
         Row("ours", paper1("ours"), T1_PAPER, "paper protocol (Alg. 1), Table 4: lr 0.005, 1000 epochs",
-            "RIR still rises at epoch 1000; (ii) never reaches the paper's 0.053"),
+            t1_trajectory()),
         Row("ours", "", T1_SHIPPED_10, "the authors' code as shipped (2 processes, 10 epochs)",
-            "too few steps; the authors' own logged run of this config: 1.2"),
-        Row("ours", "", T1_SHIPPED_1000, "the same code at Table 4's 1000 epochs",
-            "closest (i) and (ii) to the paper's, but a wide seed spread"),
-        Row("rill_only", paper1("rill_only"), T1_PAPER, "paper protocol", "both tasks far worse conditioned"),
-        Row("imma", paper1("imma"), T1_PAPER, "paper protocol", "both tasks far worse conditioned"),
+            f"too few steps: {t1_steps(T1_SHIPPED_10)} per run (the next row: {t1_steps(T1_SHIPPED_1000)}); "
+            "the authors' own logged run of this config: 1.2"),
+        Row("ours", "", T1_SHIPPED_1000, "the same code at Table 4's 1000 epochs", t1_closest()),
+        Row("rill_only", paper1("rill_only"), T1_PAPER, "paper protocol", t1_worse_conditioned("rill_only")),
+        Row("imma", paper1("imma"), T1_PAPER, "paper protocol", t1_worse_conditioned("imma")),
         Row("opt_kappa", paper1("opt_kappa"), T1_PAPER, "paper protocol",
             "the paper does not say how it differentiates kappa"),
     ]),
@@ -166,18 +337,16 @@ PAPER_TABLES: dict[str, tuple[str, list[Row]]] = {
     "10 pairs x 3 seeds (n = runs))": (
         "docs/reproduction/table2.md", [
             Row("ours", paper2("ours"), T2_OFFICIAL_90, "the authors' code (minibatches), all 90 pairs, epoch 30",
-                "above 10 on every pair, as in Figure 2; thousands of minibatch steps, not 30 full-batch ones"),
-            Row("ours", "", T2_PAPER_90, "paper protocol (Alg. 1), all 90 pairs, epoch 30",
-                "(ii) within 1.3x, (i) 3x low"),
-            Row("rill_only", paper2("rill_only"), T2_PAPER_90, "paper protocol, all 90 pairs", "17% low"),
-            Row("rill_only", "", T2_OFFICIAL_90, "the authors' code, all 90 pairs", "close"),
+                t2_official_ours()),
+            Row("ours", "", T2_PAPER_90, "paper protocol (Alg. 1), all 90 pairs, epoch 30", t2_terms("paper", "ours")),
+            Row("rill_only", paper2("rill_only"), T2_PAPER_90, "paper protocol, all 90 pairs",
+                t2_versus("paper", "rill_only")),
+            Row("rill_only", "", T2_OFFICIAL_90, "the authors' code, all 90 pairs", t2_versus("official", "rill_only")),
             Row("imma", paper2("imma"), T2_OFFICIAL_90, "the authors' code, all 90 pairs",
-                "close on average; some pairs below 1"),
-            Row("imma", "", T2_PAPER, "paper protocol, 10 pairs", "median below 1"),
-            Row("opt_kappa", paper2("opt_kappa"), T2_PAPER, "paper protocol, 10 pairs",
-                "on its training rows only; low on MNIST's test digits"),
-            Row("opt_kappa", "", T2_OFFICIAL_90, "the authors' code, all 90 pairs",
-                "few pairs above 10; the paper's Figure 2 has most"),
+                f"{t2_versus('official', 'imma')} on average; {t2_below_one('official', 'imma')}"),
+            Row("imma", "", T2_PAPER, "paper protocol, 10 pairs", t2_median("imma")),
+            Row("opt_kappa", paper2("opt_kappa"), T2_PAPER, "paper protocol, 10 pairs", t2_held_out("opt_kappa")),
+            Row("opt_kappa", "", T2_OFFICIAL_90, "the authors' code, all 90 pairs", t2_pairs("official", "opt_kappa")),
         ]),
     "Table 3, deep nets (RIR_theta0 of Eq. 17)": ("docs/reproduction/table3.md", [
         Row("ours", f"{PAPER_TABLE3['cars']['ours'][2]} (ResNet18, Cars)", T3_POWERED,
@@ -209,36 +378,6 @@ def readme_findings() -> str:
         "**The paper's claims**, checked by machine (both sides of every inequality, counterexamples re-checked in "
         "exact or 50-digit arithmetic: [docs/verdicts.md](docs/verdicts.md); the claims in full: "
         "[docs/claims.md](docs/claims.md)):", "", claims_table(rows), paper_tables().rstrip()])
-
-
-# ---- docs/reproduction/table1.md: RIR per method under each protocol --------------------------------------------
-
-TABLE1_SETTINGS: list[tuple[str, Source | None]] = [
-    ("paper (Table 1)", None),
-    ("paper protocol (Alg. 1), Table 4: lr 0.005, 1000 epochs", T1_PAPER),
-    ("paper protocol, lr 0.001, 1000 epochs (the fixed cell closest to 356.2)",
-     Source("table1/lr_grid/table1_paper_lr0.001.json", table1_report)),
-    ("paper protocol, App. C.2's selection (4 lr x 1000 epochs), selected and reported on all rows",
-     Source("table1/lr_grid/selection.json", table1_selection("full", 1.0))),
-    ("the same, selected on a validation half, reported on the held-out half",
-     Source("table1/lr_grid/selection.json", table1_selection("val", 1.0))),
-    ("the same without the (ii) <= 1 condition",
-     Source("table1/lr_grid/selection.json", table1_selection("val", float("inf")))),
-    ("authors' code (official), 1 process, 10 epochs", Source("table1/official/table1.json", table1_report)),
-    ("authors' code, 1 process, 1000 epochs",
-     Source("table1/official_e1000_trajectory/table1_official.json", table1_report)),
-    ("authors' code as shipped: 2 processes, 10 epochs", T1_SHIPPED_10),
-    ("authors' code, 2 processes, 1000 epochs", T1_SHIPPED_1000),
-]
-
-
-def table1_answer() -> str:
-    lines = ["| RIR (pinv kappa), mean ± std (n seeds) | " + " | ".join(LABELS[m] for m in ORDER) + " |",
-             "|---|" + "---|" * len(ORDER)]
-    for label, source in TABLE1_SETTINGS:
-        cells = [paper1(m) if source is None else source.value(m) for m in ORDER]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
 
 
 # ---- docs/reproduction/table3.md: RIR_theta0 per method in each setting -----------------------------------------

@@ -7,7 +7,9 @@ A block sits between ``<!-- generated: NAME (scripts/readme_findings.py) -->`` a
 Sources: the claims table reads docs/verdicts.json (verdicts, check files) and the claims registry (each claim's
 gist); every other number is read from the store named in its row below (paths under docs/reproduction). To move
 a row to a new store (e.g. Table 2's 90-pair sweep), change its ``Source`` here and rerun; tests/test_readme.py
-fails while a block is out of date.
+fails while a block is out of date. The "why they differ" cells of Tables 1 and 2 are worded from the committed
+numbers by the functions of the section of that name (its rules: ``CLOSE``, ``FAR``, ``STILL_RISING``);
+tests/test_readme_reasons.py recomputes each claim from the per-run files.
 """
 
 from __future__ import annotations

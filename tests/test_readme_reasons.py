@@ -66,6 +66,12 @@ def records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz file (closed on return)."""
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
 # ---- Table 1 -----------------------------------------------------------------------------------------------------
 
 def ours_runs(report: str) -> list[dict]:
@@ -74,7 +80,7 @@ def ours_runs(report: str) -> list[dict]:
 
 
 def test_ours_rir_still_rises_and_ii_stays_above_the_papers() -> None:
-    trajectories = {r["result"]["seed"]: np.load(T1 / "lr_grid" / r["result"]["files"]["trajectory"])
+    trajectories = {r["result"]["seed"]: arrays(T1 / "lr_grid" / r["result"]["files"]["trajectory"])
                     for r in records(T1 / "lr_grid" / "runs_paper.jsonl")
                     if r["result"]["method"] == "ours" and r["result"]["eta"] == 0.005}
     # the trajectories are the row's runs: each seed's last epoch is table1/paper's RIR of that seed (the same
@@ -201,13 +207,13 @@ def test_ours_paper_protocol_terms(runs90) -> None:
     assert f"(ii) {said(ours_ii, ii)[0]}" in text
 
 
-def last_points(method: str, lr: str = "lr0.001") -> list[np.lib.npyio.NpzFile]:
+def alg1_trajectories(method: str, lr: str = "lr0.001") -> list[dict[str, np.ndarray]]:
     """The per-epoch trajectories of the 10-pair paper-protocol runs of ``method`` at Table 4's lr."""
-    return [np.load(f) for f in sorted(ALG1_TRAJECTORIES.glob(f"paper.traj.{method}.*.{lr}.*.npz"))]
+    return [arrays(f) for f in sorted(ALG1_TRAJECTORIES.glob(f"paper.traj.{method}.*.{lr}.*.npz"))]
 
 
 def test_imma_median_run_is_below_one() -> None:
-    runs = last_points("imma")
+    runs = alg1_trajectories("imma")
     median = float(np.median([z["train.rir"][-1] for z in runs]))
     assert len(runs) == 30
     text = cell("Table 2", "IMMA", "paper protocol, 10 pairs")
@@ -217,7 +223,7 @@ def test_imma_median_run_is_below_one() -> None:
 def test_opt_kappa_is_low_on_the_test_digits() -> None:
     """App. C.2's rule on the validation part (per run, the largest RIR over epochs >= 1, the earliest on ties),
     reported on MNIST's test digits, against the same runs on their training rows at epoch 30."""
-    runs = last_points("opt_kappa")
+    runs = alg1_trajectories("opt_kappa")
     held_out = []
     for z in runs:
         later = z["epoch"] >= 1

@@ -17,16 +17,15 @@ import subprocess
 import sys
 import traceback
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What the user sees of one command: exit status, stdout, stderr."""
 
     code: int

@@ -1,5 +1,6 @@
 """Running ``kappalab ARGS`` for a test, two ways: in fresh processes (the real boundary: exit status and stderr as a
-user sees them) or in this process through :func:`kappalab.cli.main` (no interpreter and torch start per case).
+user sees them) or in this process through :func:`kappalab.cli.main` (no interpreter and torch start per case); the
+in-process way also for a script's ``main(argv)`` (benchmarks/*.py).
 
 The in-process run reproduces what a fresh ``python -m kappalab.cli ARGS`` shows on its standard streams: the exit
 status as the interpreter computes it from ``main``'s return value or a ``SystemExit`` (argparse's errors and
@@ -18,7 +19,7 @@ import sys
 import traceback
 import warnings
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import pytest
 
@@ -76,9 +77,12 @@ def _status(code: object) -> int:
     return 1
 
 
-def in_process(argv: list[str], cwd: Path, capfd: pytest.CaptureFixture[str]) -> Outcome:
-    """The outcome of ``kappalab ARGS`` run here, in ``cwd``, as a fresh process would show it."""
-    from kappalab.cli import main
+def in_process(argv: list[str], cwd: Path, capfd: pytest.CaptureFixture[str],
+               main: Callable[[Sequence[str]], object] | None = None) -> Outcome:
+    """The outcome of ``kappalab ARGS`` (or of the script whose entry point is ``main``: ``raise SystemExit(main())``)
+    run here, in ``cwd``, as a fresh process would show it."""
+    if main is None:
+        from kappalab.cli import main
 
     capfd.readouterr()  # drop what came before
     with contextlib.chdir(cwd), _fresh_interpreter_warnings():

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1] / "tests")]
 
 import sweep_products  # noqa: E402
+from cli_run import in_process  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "sweep_products.py"
 
@@ -47,28 +48,42 @@ def test_report_ratios_from_its_own_timings(tmp_path: Path) -> None:
     assert r["products_and_adam_s"] > 0
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_INPUT = [
     (["--wall-s", "0"], "--wall-s must be > 0"),
     (["--wall-s", "10", "--sample", "1.5"], "--sample must be in (0, 1]"),
     (["--wall-s", "10", "--workers", "0"], "--workers must be >= 1"),
-])
-def test_bad_input_is_one_line_status_2(tmp_path: Path, args: list[str], message: str) -> None:
+]
+
+
+def _refusal(argv: list[str], fresh: bool, cwd: Path, capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """(exit status, stderr) of ``sweep_products.py ARGS``: in a fresh process, or through ``main`` in this process as
+    a fresh process would show it (tests/cli_run.py)."""
+    if fresh:
+        proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120)
+        return proc.returncode, proc.stderr
+    done = in_process(argv, cwd, capfd, main=sweep_products.main)
+    return done.code, done.stderr
+
+
+@pytest.mark.parametrize("args, message", BAD_INPUT)
+def test_bad_input_is_one_line_status_2(tmp_path: Path, args: list[str], message: str,
+                                        capfd: pytest.CaptureFixture[str]) -> None:
     store = _store(tmp_path, [("ours", 1)])
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(store), *args], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr.startswith(message)
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    code, stderr = _refusal([str(store), *args], (args, message) == BAD_INPUT[0], tmp_path, capfd)
+    assert code == 2
+    assert stderr.startswith(message)
+    assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
 
 
 @pytest.mark.parametrize("store_kind, message", [("missing", "store: no "), ("paper", "is not an official-protocol"),
                                                  ("empty", "holds no run")])
-def test_bad_store_is_one_line_status_2(tmp_path: Path, store_kind: str, message: str) -> None:
+def test_bad_store_is_one_line_status_2(tmp_path: Path, store_kind: str, message: str,
+                                        capfd: pytest.CaptureFixture[str]) -> None:
+    """The missing store in a fresh process, the others in this process."""
     runs = {"missing": None, "paper": [("ours", 1)], "empty": []}[store_kind]
     folder = tmp_path / "s" if runs is None else _store(tmp_path / "s", runs,
                                                         protocol="paper" if store_kind == "paper" else "official")
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(folder), "--wall-s", "10"], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 2
-    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    assert "Traceback" not in proc.stderr
+    code, stderr = _refusal([str(folder), "--wall-s", "10"], store_kind == "missing", tmp_path, capfd)
+    assert code == 2
+    assert message in stderr and len(stderr.strip().splitlines()) == 1
+    assert "Traceback" not in stderr

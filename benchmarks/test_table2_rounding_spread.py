@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1] / "tests")]
 
 import table2_rounding_spread as spread  # noqa: E402
+from cli_run import in_process  # noqa: E402
 from kappalab.immunization import official_step  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "table2_rounding_spread.py"
@@ -26,15 +27,24 @@ def test_autograd_step_declines_the_closed_form_and_restores_it() -> None:
     assert official_step.applies is applies
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_INPUT = [
     (["imma.6-1"], "runs: 'imma.6-1' is not method.a-b.sS"),
     (["sgd.6-1.s0"], "runs: 'sgd.6-1.s0' is not method.a-b.sS"),
     (["ours.3-3.s0"], "runs: 'ours.3-3.s0' is not method.a-b.sS"),
     (["ours.0-1.s0", "--store", "no_such_folder"], "--store: no no_such_folder"),
-])
-def test_bad_input_is_one_line_status_2(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path)
-    assert proc.returncode == 2
-    assert proc.stderr.startswith(message)
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_INPUT)
+def test_bad_input_is_one_line_status_2(tmp_path: Path, args: list[str], message: str,
+                                        capfd: pytest.CaptureFixture[str]) -> None:
+    """The first case in a fresh process, the others through ``main`` in this process (tests/cli_run.py)."""
+    if (args, message) == BAD_INPUT[0]:
+        proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)
+        code, stderr = proc.returncode, proc.stderr
+    else:
+        code, _, stderr = in_process(args, tmp_path, capfd, main=spread.main)
+    assert code == 2
+    assert stderr.startswith(message)
+    assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr

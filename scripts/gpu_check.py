@@ -184,6 +184,11 @@ def _alarm(signum, frame):
     raise Cut()
 
 
+def _alarm_fired() -> bool:
+    """The stage's one-shot timer, armed with its budget, has run out (it is disarmed only after the stage)."""
+    return signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
 def run(ctx: Context, report_path: Path, started: float) -> int:
     """Every stage under its guard; ``started``: the wall-clock start (``time.time()``) the total is counted from."""
     import torch
@@ -227,7 +232,10 @@ def run(ctx: Context, report_path: Path, started: float) -> int:
             except Skip as why:
                 entry["outcome"] = f"skipped: {why}"
             except Exception as error:  # a stage's failure is reported, and the next stage still runs
-                entry["outcome"] = f"FAILED: {type(error).__name__}: {str(error)[:300]}"
+                # raised after the alarm: the Cut turned into an error inside the stage (pytest.main records it as
+                # a failed test), i.e. the guard's cut
+                entry["outcome"] = (f"cut at its time limit ({budget:.0f} s)" if _alarm_fired() else
+                                    f"FAILED: {type(error).__name__}: {str(error)[:300]}")
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             entry["seconds"] = round(time.perf_counter() - t0, 1)

@@ -43,13 +43,21 @@ while [ $# -gt 0 ]; do
 done
 case "$DEVICE" in cpu|cuda|cuda:[0-9]*) ;; *) usage "--device must be cpu or cuda[:N], got '$DEVICE'" ;; esac
 [ -x "$PY" ] || command -v "$PY" >/dev/null 2>&1 || usage "no Python at '$PY' (set PYTHON=...)"
-"$PY" -c "import torch" 2>/dev/null || { echo "gpu_check: torch is not importable by $PY" >&2; exit 2; }
 if [ "$DRY" = 1 ]; then DEVICE=cpu; NAME=dry; else NAME=${DEVICE%%:*}; fi
-if [ "$DEVICE" != cpu ]; then
-    "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
-        echo "gpu_check: torch.cuda.is_available() is False on this machine (no CUDA device or a CPU-only torch);" \
-             "nothing was run (use --dry-run for the CPU path)" >&2; exit 2; }
-fi
+# one interpreter start for both checks: status 3 when torch does not import, else non-zero when CUDA is wanted
+# and not available
+"$PY" -c "import sys
+try:
+    import torch
+except Exception:
+    sys.exit(3)
+sys.exit(0 if sys.argv[1] == 'cpu' or torch.cuda.is_available() else 1)" "$DEVICE" 2>/dev/null
+case $? in
+    0) ;;
+    3) echo "gpu_check: torch is not importable by $PY" >&2; exit 2 ;;
+    *) echo "gpu_check: torch.cuda.is_available() is False on this machine (no CUDA device or a CPU-only torch);" \
+            "nothing was run (use --dry-run for the CPU path)" >&2; exit 2 ;;
+esac
 [ -n "$JSON" ] || JSON=results/gpu_check_$NAME.json
 [ -n "$OUT" ] || OUT=${JSON%.json}.md
 

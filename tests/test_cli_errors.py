@@ -1,6 +1,10 @@
-"""The command line as a user meets it, each case in a fresh process: every ``--help`` exits 0 at once; every
-user error exits 2 with ONE line on stderr naming the argument, and no traceback; Ctrl-C during a sweep stops all
-workers and says in one line how to resume."""
+"""The command line as a user meets it: every ``--help`` exits 0 at once; every user error exits 2 with ONE line on
+stderr naming the argument, and no traceback; Ctrl-C during a sweep stops all workers and says in one line how to
+resume.
+
+The ``--help`` and user-error cases run in this process through :func:`kappalab.cli.main`, as a fresh process would
+show them (:mod:`cli_run`); a few, one per command, run again in fresh processes, where the exit status and stderr
+are the interpreter's own."""
 
 from __future__ import annotations
 
@@ -12,31 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_run import ROOT, in_process, in_processes
 
 pytest.importorskip("torch")
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
                 OMP_NUM_THREADS="1")
-
-
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "kappalab.cli", *args], cwd=cwd, env=_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def _run_all(cases: dict[str, list[str]], cwd: Path, parallel: int = 4) -> dict[str, tuple[int, str, str]]:
-    """Run the cases in fresh processes, ``parallel`` at a time: name -> (exit code, stdout, stderr)."""
-    out, names = {}, list(cases)
-    for i in range(0, len(names), parallel):
-        procs = {n: _start(cases[n], cwd) for n in names[i:i + parallel]}
-        for n, p in procs.items():
-            stdout, stderr = p.communicate(timeout=300)
-            out[n] = (p.returncode, stdout, stderr)
-    return out
 
 
 HELP = {
@@ -46,9 +33,15 @@ HELP = {
 }
 
 
-def test_every_help_exits_0_and_starts_no_work(tmp_path: Path) -> None:
-    for name, (code, stdout, stderr) in _run_all(HELP, tmp_path).items():
-        assert code == 0 and "usage" in stdout.lower() and "Traceback" not in stderr, (name, stdout, stderr)
+#: the --help cases also run in fresh processes (all run in this process)
+HELP_IN_PROCESSES = ("top", "table3")
+
+
+def test_every_help_exits_0_and_starts_no_work(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    results = {name: in_process(argv, tmp_path, capfd) for name, argv in HELP.items()}
+    fresh = in_processes({name: HELP[name] for name in HELP_IN_PROCESSES}, tmp_path)
+    for name, r in [*results.items(), *((f"{n} (fresh process)", r) for n, r in fresh.items())]:
+        assert r.code == 0 and "usage" in r.stdout.lower() and "Traceback" not in r.stderr, (name, r)
     assert list(tmp_path.iterdir()) == []  # nothing written: no results/, no store
 
 
@@ -108,13 +101,20 @@ def _error_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-def test_every_user_error_is_one_line_and_status_2(tmp_path: Path) -> None:
+#: the user errors run in fresh processes (the rest in this process): one per command, through argparse's exit
+#: (table2), the command wrapper's one line for a ConfigError (table1) and a UsageError (table3, verify)
+ERRORS_IN_PROCESSES = ("t2 seeds -1", "t1 set unknown", "t3 device", "verify out under file")
+
+
+def test_every_user_error_is_one_line_and_status_2(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     cases = _error_cases(tmp_path)
-    results = _run_all({n: argv for n, (argv, _) in cases.items()}, tmp_path)
-    for name, (code, stdout, stderr) in results.items():
-        lines = stderr.strip().splitlines()
-        assert code == 2, (name, code, stderr[-2000:])
-        assert len(lines) == 1 and "Traceback" not in stderr, (name, stderr[-2000:])
+    results = in_processes({n: cases[n][0] for n in ERRORS_IN_PROCESSES}, tmp_path)
+    results.update({n: in_process(argv, tmp_path, capfd) for n, (argv, _) in cases.items() if n not in results})
+    assert results.keys() == cases.keys()
+    for name, r in results.items():
+        lines = r.stderr.strip().splitlines()
+        assert r.code == 2, (name, r.code, r.stderr[-2000:])
+        assert len(lines) == 1 and "Traceback" not in r.stderr, (name, r.stderr[-2000:])
         assert cases[name][1] in lines[0], (name, lines[0])
     assert not (tmp_path / "results").exists()  # no error case wrote results
     assert not (tmp_path / "o6").exists()  # a missing --compare-with store is refused before the sweep runs
@@ -125,8 +125,8 @@ def test_two_runs_on_one_store_are_refused(tmp_path: Path) -> None:
 
     out = tmp_path / "out"
     with RunStore(out / "runs_paper.jsonl").lock():  # another run holds the store
-        code, _, stderr = _run_all({"second": ["reproduce", "table1", "--quick", "--out", str(out)]},
-                                   tmp_path)["second"]
+        second = in_processes({"second": ["reproduce", "table1", "--quick", "--out", str(out)]}, tmp_path)["second"]
+    code, stderr = second.code, second.stderr
     assert code == 2 and len(stderr.strip().splitlines()) == 1 and "in use by another run" in stderr, stderr
 
 

@@ -91,6 +91,31 @@ def test_a_failing_stage_is_reported_and_the_next_ones_still_run(tmp_path: Path,
     assert data["status"] == "FAILED" and data["stages"][1]["result"] == {"ran": 1}
 
 
+def test_a_cut_turned_into_an_error_inside_the_stage_is_reported_as_cut(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The alarm inside a stage that catches it and raises an error instead (pytest.main records it as a failed
+    test, and the stage raises on the failure): the stage is cut, not FAILED; an error before the alarm is FAILED."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import gpu_check
+
+    def swallows_the_alarm(ctx):
+        try:
+            time.sleep(5)
+        except gpu_check.Cut:
+            raise RuntimeError("1 failed") from None
+        return {}
+
+    def fails_at_once(ctx):
+        raise RuntimeError("1 failed")
+
+    monkeypatch.setattr(gpu_check, "STAGES", [gpu_check.Stage("slow", {"real": 5, "dry": 0.2}, swallows_the_alarm),
+                                              gpu_check.Stage("broken", {"real": 5, "dry": 5}, fails_at_once)])
+    assert gpu_check.run(gpu_check.Context("cpu", True, tmp_path), tmp_path / "r.json", time.time()) == 1
+    stages = json.loads((tmp_path / "r.json").read_text())["stages"]
+    assert [(s["name"], s["outcome"]) for s in stages] == [("slow", "cut at its time limit (0 s)"),
+                                                           ("broken", "FAILED: RuntimeError: 1 failed")]
+
+
 def test_docs_gpu_md_table_is_the_committed_reports_rendering(tmp_path: Path) -> None:
     """docs/gpu.md's generated block equals scripts/gpu_report.py's rendering of the committed JSON it names."""
     page = (ROOT / "docs" / "gpu.md").read_text()

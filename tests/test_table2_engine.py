@@ -27,7 +27,7 @@ pytest.importorskip("mlxtend")  # the report's Figure 2
 from kappalab.reproduce import table2  # noqa: E402
 from kappalab.reproduce.table2.merge import VOLATILE  # noqa: E402
 from kappalab.reproduce.table2.report import label_of  # noqa: E402
-from test_cli_errors import _run_all  # noqa: E402  (fresh processes, as a user meets the command)
+from cli_run import in_processes  # noqa: E402  (fresh processes, as a user meets the command)
 
 QUICK = ["--quick", "--pool", "2", "--no-probe", "--no-progress"]
 TIMING_COLUMNS = ("train_s", "total_s")
@@ -306,7 +306,7 @@ def test_every_misuse_is_one_line_and_status_2(stores, tmp_path: Path, capsys) -
         assert code == 2, name
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and text in lines[0], (name, lines)
-    results = _run_all({name: cases[name][0] for name in FRESH}, tmp_path)  # and a few as a user meets them
+    results = in_processes({name: cases[name][0] for name in FRESH}, tmp_path)  # and a few as a user meets them
     for name, (code, _, stderr) in results.items():
         lines = stderr.strip().splitlines()
         assert code == 2 and len(lines) == 1 and "Traceback" not in stderr, (name, code, stderr[-2000:])

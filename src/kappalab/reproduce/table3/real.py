@@ -6,8 +6,8 @@
 * theta_0 = the pretrained network (:mod:`kappalab.deep.efficientnet`) with a D_P head: a 10-class linear head
   fitted at theta_0 on the D_P training part (:func:`fit_head`, L-BFGS, the same for every seed). With
   ``theta0_statistics: "d_p"`` the tail's BatchNorm running statistics are first re-estimated on D_P's training
-  activations (the paper's theta_0 was trained on its D_P; ImageNet's statistics are not D_P's), then the head fitted. The trunk up to
-  ``trunk_cut`` is frozen and its activations are cached (:mod:`kappalab.deep.trunk`); the tail (the last stage,
+  activations (the paper's theta_0 was trained on its D_P; ImageNet's statistics are not D_P's), then the head
+  fitted. The trunk up to ``trunk_cut`` is frozen and its activations are cached (:mod:`kappalab.deep.trunk`); the tail (the last stage,
   ``conv_head``, ``bn2`` -> 1280 pooled features, plus the dummy layer under the paper protocol) is trained by each
   method with :func:`kappalab.deep.immunize` and the objectives of :mod:`kappalab.deep.methods`.
 * The lambdas follow Appendix C.2's gradient-norm rule at theta_0 (:func:`run_lambdas`): each seed's ``init``
@@ -16,10 +16,11 @@
 * Every method record holds the three RIR estimators (:func:`kappalab.estimators.estimate_all` on the held-out
   features of theta_0 and theta_I; the rank rule at ``features_precision``), the singular values of the four held-out
   feature matrices and of every group the group estimators read (``group_spectra``), the estimators' terms at four
-  checkpoints of training (``checkpoints``, with the D_P head's test accuracy there), the optimizer steps (``n_steps``), each module's relative displacement
-  (``displacement``; :mod:`.measures`), and utility measured without kappa (:func:`utility`); the held-out
-  features themselves are kept under the work folder
-  (``features.npz``), from which ``experiments/table3_real_store.py`` builds the committed store.
+  checkpoints of training (``checkpoints``, with the D_P head's test accuracy there), the optimizer steps
+  (``n_steps``), each module's relative displacement (``displacement``; :mod:`.measures`), and utility measured
+  without kappa (:func:`utility`); the held-out features themselves are kept under the work folder
+  (``features.npz``), from which ``experiments/table3_real_store.py`` builds the committed store. A run whose
+  training diverges is recorded with ``diverged`` and its checkpoints so far (:func:`method_record`).
 * Where the config draws a validation part (``per_class.validation``), every record also holds ``validation``
   (:func:`validation_measures`: the D_P head's accuracy there and, for a method, the group RIR there), which the
   selection of a setting reads (:mod:`.grid`; ``--grid`` runs its points, ``points`` of :func:`run_real`).
@@ -49,9 +50,9 @@ from ...provenance import provenance
 from ...results import RunStore
 from ..identity import identity
 from .config import Table3Config, resolved
+from .constants import VALIDATION
 from .grid import grid_points
 from .measures import Checkpoints, checkpoint_epochs, displacement, features_rtol, group_spectra
-from .constants import VALIDATION
 from .real_data import Parts, draw_parts
 from .run import calibrate, objective_config, train_config
 
@@ -260,14 +261,15 @@ def method_record(bench: Bench, cfg: Table3Config, method: str, seed: int, key: 
     checkpoints = Checkpoints(checkpoint_epochs(train.epochs), len(loader), lambda: part_features(model, data),
                               theta0.features, seed, cfg.rir_groups, cfg.rir_group_size, rtol,
                               lambda: checkpoint_measures(model, data, theta0.validation, cfg, seed, rtol))
-    out: dict[str, Any] = {"lambdas": lambdas, "n_steps": train.epochs * len(loader)}
+    out: dict[str, Any] = {"lambdas": lambdas}
     try:
         out["history"] = immunize(model, method, loader, objective_config(run_cfg, CLASSES), train, progress=False,
                                   on_epoch_end=checkpoints)
-    except DIVERGED as error:
+    except DIVERGED as error:  # the message says when (e.g. the epoch); the planned steps were not all taken
         out["diverged"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
         out["checkpoints"] = checkpoints.entries
         return out
+    out["n_steps"] = train.epochs * len(loader)
     out["checkpoints"] = checkpoints.entries
     out["displacement"] = displacement(model, base)
     out["utility"] = utility(model, data, bench.imagenet_head, cfg)

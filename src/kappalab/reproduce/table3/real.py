@@ -7,9 +7,10 @@
   fitted at theta_0 on the D_P training part (:func:`fit_head`, L-BFGS, the same for every seed). With
   ``theta0_statistics: "d_p"`` the tail's BatchNorm running statistics are first re-estimated on D_P's training
   activations (the paper's theta_0 was trained on its D_P; ImageNet's statistics are not D_P's), then the head
-  fitted. The trunk up to ``trunk_cut`` is frozen and its activations are cached (:mod:`kappalab.deep.trunk`); the tail (the last stage,
-  ``conv_head``, ``bn2`` -> 1280 pooled features, plus the dummy layer under the paper protocol) is trained by each
-  method with :func:`kappalab.deep.immunize` and the objectives of :mod:`kappalab.deep.methods`.
+  fitted. The trunk up to ``trunk_cut`` is frozen and its activations are cached (:mod:`kappalab.deep.trunk`); the
+  tail (the last stage, ``conv_head``, ``bn2`` -> 1280 pooled features, plus the dummy layer under the paper
+  protocol) is trained by each method with :func:`kappalab.deep.immunize` and the objectives of
+  :mod:`kappalab.deep.methods`.
 * The lambdas follow Appendix C.2's gradient-norm rule at theta_0 (:func:`run_lambdas`): each seed's ``init``
   record holds the gradient norms and the balanced scales; a method run uses the scale times ``lambda_multiple``
   for every lambda its config leaves null, and a lambda the config gives (the file or ``--set``) as given.

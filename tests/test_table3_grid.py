@@ -144,3 +144,12 @@ def test_the_validation_measures_read_the_validation_part_alone():
     assert expected != pytest.approx(1.0, rel=1e-3)  # the perturbation moved the measure
     assert validation_measures(thetaI, data, F0, cfg, seed=0, rtol=None)["rir_groups"] == pytest.approx(
         expected, rel=1e-9)
+
+
+def test_a_setting_that_diverged_on_some_seed_is_not_chosen():
+    diverged = {k: v for k, v in _record("ours", 1, 1e-3, 1.0, val_acc=0.0).items() if k != "validation"}
+    runs = [_record("ours", 0, 1e-3, 1.0, val_acc=0.80, val_rir=30.0),
+            {**diverged, "diverged": "FloatingPointError: ours: non-finite loss during epoch 3"},
+            _record("ours", 0, 1e-4, 1.0, val_acc=0.80, val_rir=2.0),
+            _record("ours", 1, 1e-4, 1.0, val_acc=0.80, val_rir=4.0)]
+    assert choose(_inits((0, 1)) + runs, "ours").setting == (1e-4, 1.0)

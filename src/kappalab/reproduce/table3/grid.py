@@ -6,9 +6,9 @@
   ``kappalab reproduce table3 --grid`` runs every point for the methods and seeds asked, with a config that draws the
   validation part (``--set per_class.validation=N``).
 * **The rule** (:func:`choose`), the same for every method and control: among the method's settings whose D_P head
-  accuracy on the validation part stays within :data:`UTILITY_POINTS` of theta_0's on every seed, the one with the
-  largest group RIR on the validation part (mean over seeds; ties: the earlier grid point). No setting is chosen
-  when none keeps utility. Only the validation part is read: the table's held-out and test parts are not.
+  accuracy on the validation part stays within :data:`UTILITY_POINTS` of theta_0's on every seed (and whose training
+  diverged on none), the one with the largest group RIR on the validation part (mean over seeds; ties: the earlier
+  grid point). No setting is chosen when none keeps utility. Only the validation part is read: the table's held-out and test parts are not.
 * **What the table reads** (:func:`selected`): a method run at several settings contributes its chosen setting's
   records only; a method run at one setting is read as it is (the fixed-setting runs).
 """
@@ -71,11 +71,13 @@ def choose(records: list[dict[str, Any]], method: str) -> Choice:
     init = _init_accuracy(records)
     by: dict[Setting, list[dict[str, Any]]] = {}
     for r in records:
-        if r["method"] == method and "validation" in r and (setting_of(r), r["seed"]) in init:
+        if r["method"] == method and (setting_of(r), r["seed"]) in init:
             by.setdefault(setting_of(r), []).append(r)
     best: Choice | None = None
     for setting in sorted(by, key=_grid_order):
         runs = by[setting]
+        if any("validation" not in r for r in runs):  # a seed diverged (or was measured without the part)
+            continue
         # rounded like decision.py's drop: 10 of 500 images is exactly 2 points, not a loss
         drop = round(max(100 * (init[setting, r["seed"]] - r["validation"]["dp_acc"]) for r in runs), 9)
         rir = sum(r["validation"]["rir_groups"] for r in runs) / len(runs)

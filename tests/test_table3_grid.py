@@ -153,3 +153,11 @@ def test_a_setting_that_diverged_on_some_seed_is_not_chosen():
             _record("ours", 0, 1e-4, 1.0, val_acc=0.80, val_rir=2.0),
             _record("ours", 1, 1e-4, 1.0, val_acc=0.80, val_rir=4.0)]
     assert choose(_inits((0, 1)) + runs, "ours").setting == (1e-4, 1.0)
+
+
+def test_a_method_with_no_setting_that_keeps_utility_gets_a_row_that_says_so():
+    runs = [_record("ours", 0, eta, 1.0, val_acc=0.5, val_rir=9.0) for eta in GRID["eta"]]
+    runs += [_record(m, 0, 1e-3, 1.0, val_acc=0.8, val_rir=1.0) for m in ("oracle", "task_only")]
+    rows = {row.method: row for row in decide(_inits() + runs)}
+    assert rows["ours"].n == 0 and rows["ours"].setting == "none of 3"
+    assert rows["ours"].verdict.startswith("no setting keeps utility")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...deep.methods import CONTROLS, METHOD_LABELS, METHODS
+from ...estimators import ESTIMATOR_NAMES
 from .grid import NO_LAMBDA, UTILITY_POINTS, selected, setting_of
 
 ORACLE_FLOOR = 1.5
@@ -52,7 +53,7 @@ def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float],
     """The row of a method's records; diverged runs count in n but have no estimates (NaN where none finished)."""
     finished = [r for r in records if "diverged" not in r]
     rir, interval, nan = {}, {}, float("nan")
-    for est in ("exact", "groups", "authors"):
+    for est in ESTIMATOR_NAMES:
         values = [r["estimates"][est]["rir"] for r in finished]
         cis = [r["estimates"][est].get("ci95") or (r["estimates"][est]["rir"],) * 2 for r in finished]
         rir[est] = sum(values) / len(values) if values else nan
@@ -67,7 +68,7 @@ def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float],
 
 def decide(records: list[dict[str, Any]]) -> list[Row]:
     """The rows of one direction and protocol (controls first), each with its verdict by :data:`RULE`; a method
-    whose selection kept no setting has no row."""
+    whose selection kept no setting has a row that says so, without numbers."""
     records, choices = selected(records)
     init_acc = {r["seed"]: r["utility"]["dp_test_acc"] for r in records if r["method"] == "init"}
     by: dict[str, list[dict[str, Any]]] = {}
@@ -94,6 +95,12 @@ def decide(records: list[dict[str, Any]]) -> list[Row]:
         else:
             verdict = "does not immunize here"
         out.append(Row(row.method, row.n, row.rir, row.interval, row.accuracy_drop, row.setting, verdict))
+    nan = float("nan")
+    for m, choice in choices.items():
+        if choice.setting is None:
+            out.append(Row(m, 0, dict.fromkeys(ESTIMATOR_NAMES, nan), dict.fromkeys(ESTIMATOR_NAMES, (nan, nan)),
+                           nan, f"none of {choice.candidates}",
+                           "no setting keeps utility (or trains without diverging)"))
     return out
 
 
@@ -106,7 +113,7 @@ def decision_table(groups: dict[str, list[dict[str, Any]]]) -> str:
     for title, records in groups.items():
         for row in decide(records):
             cells = [f"{row.rir[e]:.3g} [{row.interval[e][0]:.3g}, {row.interval[e][1]:.3g}]"
-                     for e in ("exact", "groups", "authors")]
+                     for e in ESTIMATOR_NAMES]
             lines.append(f"| {title} | {METHOD_LABELS[row.method]} | {row.setting} | {row.n} | " + " | ".join(cells)
                          + f" | {row.accuracy_drop:.1f} | {row.verdict} |")
     return "\n".join(lines) + "\n"

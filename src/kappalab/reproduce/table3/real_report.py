@@ -13,11 +13,11 @@ from typing import Any
 
 from ...atomic_io import save_npz, write_text
 from ...deep.methods import CONTROLS, METHOD_LABELS, METHODS
+from ...estimators import ESTIMATOR_NAMES
+from ...results import RunStore, format_mean_std, mean_std
 from .decision import decision_table
 from .grid import grid_points_of
-from ...results import RunStore, format_mean_std, mean_std
 
-ESTIMATORS = ("exact", "groups", "authors")
 ESTIMATOR_LABELS = {"exact": "exact (all held-out)", "groups": "ours, 20 groups of 100",
                     "authors": "authors', 20 groups of 100"}
 
@@ -52,7 +52,7 @@ def real_table(records: list[dict[str, Any]], title: str) -> str:
              "intervals. Terms (i) = kappa ratio theta_I / theta_0 on D_H, (ii) on D_P; RIR = (i) / (ii).", "",
              "| Method | estimator | (i) ↑ | (ii) ↓ | RIR_θ0 ↑ | 95% interval |", "|---|---|---|---|---|---|"]
     for m in CONTROLS + METHODS:
-        for est in ESTIMATORS if m in by else ():
+        for est in ESTIMATOR_NAMES if m in by else ():
             rs = by[m]
             lines.append(f"| {METHOD_LABELS[m]} | {ESTIMATOR_LABELS[est]} | "
                          + " | ".join(_ms([r["estimates"][est][k] for r in rs]) for k in ("term_i", "term_ii", "rir"))

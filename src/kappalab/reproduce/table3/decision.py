@@ -113,7 +113,8 @@ def decision_table(groups: dict[str, list[dict[str, Any]]]) -> str:
     for title, records in groups.items():
         for row in decide(records):
             cells = [f"{row.rir[e]:.3g} [{row.interval[e][0]:.3g}, {row.interval[e][1]:.3g}]"
-                     for e in ESTIMATOR_NAMES]
+                     if row.rir[e] == row.rir[e] else "n.a." for e in ESTIMATOR_NAMES]  # NaN: no run finished
+            drop = f"{row.accuracy_drop:.1f}" if row.accuracy_drop == row.accuracy_drop else "n.a."
             lines.append(f"| {title} | {METHOD_LABELS[row.method]} | {row.setting} | {row.n} | " + " | ".join(cells)
-                         + f" | {row.accuracy_drop:.1f} | {row.verdict} |")
+                         + f" | {drop} | {row.verdict} |")
     return "\n".join(lines) + "\n"

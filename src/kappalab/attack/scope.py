@@ -117,6 +117,24 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
     return records, curves
 
 
+def run_groups(groups: Sequence[Group], attackers: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """:func:`run_group` on each group, logging to stdout; all records and curves."""
+    records, curves = [], {}
+    for group in groups:
+        recs, cs = run_group(group, attackers, log=lambda line: print(line, flush=True))
+        records += recs
+        curves.update(cs)
+    return records, curves
+
+
+def finish(out: Path, table: str, records: list[dict[str, Any]], curves: dict[str, np.ndarray],
+           config: dict[str, Any], data_label: str, started: float) -> int:
+    """:func:`write` the table's records and curves and say so (with the wall time since ``started``); exit 0."""
+    jsonl, npz = write(out, table, records, curves, config, data_label)
+    print(f"wrote {jsonl} ({len(records)} records) and {npz} in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
 def write(out: Path, table: str, records: list[dict[str, Any]], curves: dict[str, np.ndarray],
           config: dict[str, Any], data_label: str) -> tuple[Path, Path]:
     """``out/<table>.jsonl`` (each record with the provenance) and ``out/<table>_curves.npz``."""

@@ -22,7 +22,7 @@ from kappalab.reproduce.table1.run import config_of, task_of
 from kappalab.results import RunStore
 
 from .registry import registry
-from .scope import Group, ModelSpec, random_extractor, run_group, write
+from .scope import Group, ModelSpec, finish, random_extractor, run_groups
 
 COMMITTED = Path("docs/reproduction/table1/paper")
 
@@ -72,20 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     attackers = tuple(args.attackers.split(","))
     start = time.perf_counter()
     found, label = groups(args.store, tuple(args.seeds))
-    records, curves = [], {}
-    for group in found:
-        recs, cs = run_group(group, attackers, log=lambda line: print(line, flush=True))
-        thetas = {s.method: s.theta for s in group.models if s.role == "immunized"}
-        for r in recs:
-            r["committed_theta_max_abs_diff"] = committed_difference(r["method"], r["seed"], thetas[r["method"]]) \
-                if r["method"] in thetas else None
-        records += recs
-        curves.update(cs)
+    records, curves = run_groups(found, attackers)
+    thetas = {(s.method, g.seed): s.theta for g in found for s in g.models if s.role == "immunized"}
+    for r in records:
+        theta = thetas.get((r["method"], r["seed"]))
+        r["committed_theta_max_abs_diff"] = None if theta is None else committed_difference(r["method"], r["seed"],
+                                                                                            theta)
     config = {"attackers": list(attackers), "seeds": args.seeds, "config": "kappalab/configs/attack_grid.json",
               "store": str(args.store), "theta_I": "kappalab reproduce table1 --protocol paper"}
-    jsonl, npz = write(args.out, "table1", records, curves, config, label)
-    print(f"wrote {jsonl} ({len(records)} records) and {npz} in {time.perf_counter() - start:.0f} s")
-    return 0
+    return finish(args.out, "table1", records, curves, config, label, start)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .registry import registry
-from .scope import Group, ModelSpec, run_group, write
+from .scope import Group, ModelSpec, finish, run_group
 
 COMMITTED = Path("docs/reproduction/table2/full90/official/runs_official.jsonl")
 PROTOCOL = "official"
@@ -88,9 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     config = {"attackers": list(attackers), "pairs": args.pairs, "method": args.method, "seed": args.seed,
               "config": "kappalab/configs/attack_grid.json", "theta_I": f"immunize(table2_{PROTOCOL}_{args.method})",
               "sample": "partial: one method, two pairs, one seed"}
-    jsonl, npz = write(args.out, "table2", records, curves, config, label)
-    print(f"wrote {jsonl} ({len(records)} records) and {npz} in {time.perf_counter() - start:.0f} s")
-    return 0
+    return finish(args.out, "table2", records, curves, config, label, start)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import numpy as np
 from kappalab.deep.methods import CONTROLS
 
 from .registry import PROBE_ATTACKERS
-from .scope import Group, ModelSpec, random_extractor, run_group, write
+from .scope import Group, ModelSpec, finish, random_extractor, run_groups
 
 DEFAULT_STORE = Path("docs/reproduction/table3/powered/pilot/fmnist_vs_mnist/paper")
 
@@ -86,16 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     attackers = tuple(args.attackers.split(","))
     start = time.perf_counter()
     found, label = groups(args.store, args.work or cache_dir() / "table3-real" / "work")
-    records, curves = [], {}
-    for group in found:
-        recs, cs = run_group(group, attackers, log=lambda line: print(line, flush=True))
-        records += recs
-        curves.update(cs)
+    records, curves = run_groups(found, attackers)
     config = {"attackers": list(attackers), "store": str(args.store), "config": "kappalab/configs/attack_grid.json",
               "theta_I": "the features kept by kappalab reproduce table3 --arch efficientnet_lite0"}
-    jsonl, npz = write(args.out, "table3", records, curves, config, label)
-    print(f"wrote {jsonl} ({len(records)} records) and {npz} in {time.perf_counter() - start:.0f} s")
-    return 0
+    return finish(args.out, "table3", records, curves, config, label, start)
 
 
 if __name__ == "__main__":

@@ -95,3 +95,13 @@ def test_more_refusals_in_process(case: str, tmp_path: Path, capsys: pytest.Capt
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0], err
+
+
+def test_the_table3_scope_refuses_a_missing_store_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from kappalab.attack.table3 import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--store", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "--store" in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "out").exists()

@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attackers", default=",".join(PROBE_ATTACKERS))
     args = ap.parse_args(argv)
     attackers = tuple(args.attackers.split(","))
+    if not (args.store / "runs.jsonl").is_file():
+        ap.exit(2, f"--store: {args.store / 'runs.jsonl'} does not exist; give a powered store's folder (its "
+                   "runs.jsonl), e.g. the default\n")
     start = time.perf_counter()
     found, label = groups(args.store, args.work or cache_dir() / "table3-real" / "work")
     records, curves = run_groups(found, attackers)

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from kappalab.deep.methods import CONTROLS, METHODS
 from kappalab.reproduce.table3.decision import decision_table
-from kappalab.reproduce.table3.real_report import checkpoint_table
-from kappalab.reproduce.table3.report import figure3
+from kappalab.reproduce.table3.report import checkpoint_table, figure3
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
 POWERED = DOCS / "table3" / "powered"

@@ -6,7 +6,7 @@ writes ``docs/reproduction/table3/real/tables.md`` (one table per direction and 
 and ``docs/reproduction/table3/real/features.npz`` (float64 1280 x 1280 triangular QR factors R of theta_0's held-out
 features of both datasets and of theta_I's of the runs named with ``--theta-i``, compressed, from the work folder's
 per-run ``features.npz``: they give the singular values and the exact estimator, not the group estimators, which need
-the features' rows; :func:`kappalab.reproduce.table3.real_report.write_feature_store`).
+the features' rows; :func:`kappalab.reproduce.table3.measures.write_feature_store`).
 ``--scale-test`` then runs the scale test on theta_0's float64 held-out features (D_P Fashion-MNIST, D_H MNIST:
 D_H's features x 2, and D_H's weakest half of the spectrum x 0.2, through the three estimators;
 :func:`kappalab.estimators.scale_test`) and writes ``scale_test.json``.
@@ -26,7 +26,8 @@ from kappalab.data.fetch import cache_dir
 from kappalab.estimators import scale_test
 from kappalab.reproduce.table3.config import load_table3_config
 from kappalab.reproduce.table3.real import build_task, part_features, load_real_data
-from kappalab.reproduce.table3.real_report import real_table, write_feature_store
+from kappalab.reproduce.table3.measures import write_feature_store
+from kappalab.reproduce.table3.report import real_table
 
 STORE = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table3" / "real"
 

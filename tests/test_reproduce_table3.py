@@ -120,7 +120,7 @@ def _tiny_task():
                 probe=(H, H_test), harmful_classes=2, device="cpu", data_label="random 8x8 images")
 
 
-#: the proxy's config with the tiny task's values (what run_task, calibrate and evaluate read)
+#: the proxy's config with the tiny task's values (what the run loop, calibrate and evaluate read)
 TINY_CFG = dataclasses.replace(
     load_table3_config("proxy"), name="tiny", method_epochs=None, lambda_P=1e-6, lambda_H=1.0, lambda_kappa=1e-6,
     lambda_imma=0.1, imma_inner_steps=1, imma_inner_lr=1.0, label_smoothing=0.1, reg_rtol=1e-10, on_degenerate="warn",
@@ -141,15 +141,16 @@ def test_calibration_leaves_theta0_batchnorm_statistics_untouched() -> None:
         assert torch.equal(before[name], value), f"{name} changed during calibration"
 
 
-def _run_tiny(store, work) -> None:
-    """``run_task`` on the tiny task, seed 0, Ours, under the run keys the command would give it."""
+def _run_tiny(store, work) -> int:
+    """The one run loop on the tiny task, seed 0, Ours, under the run keys the command would give it; returns the
+    process's rank."""
+    from kappalab.reproduce.table3.plan import Plan
+    from kappalab.reproduce.table3.run import NetBench
+    from kappalab.reproduce.table3.sweep import sweep
+
     task = _tiny_task()
-    table3_run.run_task(task, TINY_CFG, store, work, [0], ["ours"], _tiny_keys(task))
-
-
-def _tiny_keys(task):
-    """The run keys of seed 0, Ours, on the tiny task."""
-    return table3_run.run_keys(task, TINY_CFG, {"name": task.data_label, "sha256": "made by the test"}, [0], ["ours"])
+    plan = Plan("proxy", "run", TINY_CFG, work.parent, (0,), ("ours",), "tiny")
+    return sweep(plan.specs({"name": task.data_label, "sha256": "made by the test"}), NetBench(task, work), store)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -165,6 +166,8 @@ def test_only_rank_0_records(rank: int, tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(dist, "get_rank", lambda group=None: rank)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
     monkeypatch.setattr(dist, "all_reduce", lambda tensor, op=None, group=None, async_op=False: None)
+    monkeypatch.setattr(dist, "barrier", lambda group=None, async_op=False, device_ids=None: None)
+    monkeypatch.setattr(dist, "destroy_process_group", lambda group=None: None)
     store = RunStore(tmp_path / "runs.jsonl")
     _run_tiny(store, tmp_path / "work")
     keys = [r["key"].split(".")[0] for r in store.records()] if store.path.exists() else []
@@ -193,9 +196,7 @@ def _rank_of_two(rank: int, init_method: str, out: str) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
-    task, work = _tiny_task(), Path(out) / "work"
-    assert table3_run.run_on_every_rank(task, TINY_CFG, RunStore(Path(out) / "runs.jsonl"), work, [0], ["ours"],
-                                        _tiny_keys(task)) == rank
+    assert _run_tiny(RunStore(Path(out) / "runs.jsonl"), Path(out) / "work") == rank
     assert not dist.is_initialized(), "the process group is torn down"
 
 

@@ -5,6 +5,7 @@ lambdas included, and enters the run identity."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -102,8 +103,12 @@ def test_a_validation_part_is_a_per_class_key_and_enters_the_identity():
 
 def test_a_forced_tensor_eigensolver_is_another_real_run():
     from kappalab.extremes import forced_method
-    from kappalab.reproduce.table3.real import identity_options
+    from kappalab.reproduce.table3.cli import prepare
 
-    assert identity_options() == {"device": "cpu", "dtype": "float64"}  # LAPACK: the recorded runs' keys
+    # the real network runs on the CPU whatever --device says; LAPACK adds nothing: the recorded runs' keys
+    plan = dataclasses.replace(prepare(["--arch", "efficientnet_lite0", "--harmful", "mnist", "--out", "unused"]),
+                               device="cuda")
+    assert plan.options(0, "ours") == {"seed": 0, "method": "ours", "device": "cpu", "dtype": "float64"}
     with forced_method("tensor"):
-        assert identity_options() == {"device": "cpu", "dtype": "float64", "eigensolver": "tensor"}
+        assert plan.options(0, "ours") == {"seed": 0, "method": "ours", "device": "cpu", "dtype": "float64",
+                                           "eigensolver": "tensor"}

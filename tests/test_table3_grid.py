@@ -124,7 +124,7 @@ def test_the_validation_measures_read_the_validation_part_alone():
 
     X = {(t, "validation"): torch.randn(n, d_in, generator=g, dtype=torch.float64) for t in ("P", "H")}
     y = {(t, "validation"): torch.randint(0, 3, (n,), generator=g) for t in ("P", "H")}
-    data = RealData(parts={}, X=X, y=y, trunk={}, weights_sha256="")
+    data = RealData(parts={}, X=X, y=y, trunk={}, weights_sha256="", load={})
     cfg = types.SimpleNamespace(rir_groups=3, rir_group_size=n)  # every group holds all rows: the exact RIR
     theta0, thetaI = model(0.0), model(0.8)
     with torch.no_grad():

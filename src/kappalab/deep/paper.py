@@ -10,7 +10,6 @@ initialisation and needs no ``--weights``; its ``timm_name`` may name a smaller 
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from .task import Task
 
 if TYPE_CHECKING:
     from kappalab.reproduce.table3.config import Table3Config
+    from kappalab.reproduce.table3.plan import PaperInputs
 
 
 def _require(value: str | None, flag: str, what: str) -> Path:
@@ -47,21 +47,23 @@ def _labelled(dataset: Any, workers: int) -> tuple[DataLoader, torch.Tensor]:
     return _ordered(dataset, None, 0, workers), torch.as_tensor(dataset.targets)
 
 
-def paper_task(cfg: Table3Config, args: argparse.Namespace, work: Path) -> Task:
-    """Build the task of ``cfg`` (a ``table3_<arch>_<harmful>`` config) from the command-line paths."""
+def paper_task(cfg: Table3Config, inputs: PaperInputs, work: Path, device: str, methods: tuple[str, ...],
+               calibrating: bool = False) -> Task:
+    """Build the task of ``cfg`` (a ``table3_<arch>_<harmful>`` config) from the user's paths, for ``methods``
+    (each must have its weight unless ``calibrating``: the calibration is how it is found)."""
     from .imagefolder import image_folder
     from .timm_models import build_timm_model, require_timm
 
     require_timm()
-    imagenet = _require(args.imagenet, "--imagenet", "the ImageNet-1k root with train/ and val/ class folders")
-    harmful = _require(args.harmful_dir, "--harmful-dir", f"the {cfg.harmful} root with train/ and test/")
+    imagenet = _require(inputs.imagenet, "--imagenet", "the ImageNet-1k root with train/ and val/ class folders")
+    harmful = _require(inputs.harmful_dir, "--harmful-dir", f"the {cfg.harmful} root with train/ and test/")
     random_init = cfg.random_weights
-    weights = None if random_init else _require(args.weights, "--weights",
+    weights = None if random_init else _require(inputs.weights, "--weights",
                                                 f"a local timm state dict of {cfg.timm_name}")
-    device = init_distributed(args.device)
+    device = init_distributed(device)
     for spec in (OPT_KAPPA, IMMA):  # the two weights the paper does not give
         (key,), method = spec.lambdas, spec.name
-        if method in (args.methods or cfg.methods) and getattr(cfg, key) is None and not args.calibrate:
+        if method in methods and getattr(cfg, key) is None and not calibrating:
             raise ValueError(f"config {cfg.config_file}: {key} is null (not in the paper); run --calibrate and "
                              f"set it, or leave out {method} with --methods")
 

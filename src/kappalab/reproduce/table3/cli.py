@@ -43,15 +43,14 @@ from the records alone (``--aggregate-only``).
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
 
 from kappalab.cli_options import (RESULTS, Parser, UsageError, check_device, check_out, command, seed as seed_type,
                                   unique)
 from kappalab.configs import PROTOCOLS
 from kappalab.methods import CONTROLS, DEEP_METHODS
-from kappalab.reproduce.table3.config import Table3Config
 from kappalab.reproduce.table3.constants import VALIDATION
+from kappalab.reproduce.table3.plan import PaperInputs, Plan
 
 #: the method and control names (kappalab.deep.METHODS + CONTROLS, from the registry that needs no torch)
 METHODS = DEEP_METHODS + CONTROLS
@@ -114,21 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 
-@dataclass
-class Call:
-    """A checked command line: the arguments, the loaded config, the output folder, the seeds and methods to run,
-    and the report's title."""
-
-    args: argparse.Namespace
-    cfg: Table3Config
-    out: Path
-    seeds: list[int]
-    methods: list[str]
-    title: str
-
-
-def prepare(argv: list[str]) -> Call:
-    """Parse and check the command line and load the config (a UsageError / ConfigError names the argument)."""
+def prepare(argv: list[str]) -> Plan:
+    """Parse and check the command line, load the config and build the call's :class:`~.plan.Plan` (a UsageError /
+    ConfigError names the argument)."""
     from kappalab.configs import parse_set
     from kappalab.reproduce.table3.config import load_table3_config
 
@@ -183,15 +170,23 @@ def prepare(argv: list[str]) -> Call:
         raise UsageError(f"--grid: the selection reads a validation part; add --set per_class.{VALIDATION}=N "
                          "(images per class, e.g. 50)")
     out = check_out(Path(args.out) if args.out else default_out)
-    seeds = list(unique(args.seeds or cfg.seeds, "--seeds"))
-    methods = list(unique(args.methods or cfg.methods, "--methods"))
-    return Call(args, cfg, out, seeds, methods, title)
+    seeds = unique(args.seeds or cfg.seeds, "--seeds")
+    methods = unique(args.methods or cfg.methods, "--methods")
+    unknown = [m for m in cfg.methods + list(methods) if m not in METHODS]
+    if unknown:
+        raise UsageError(f"config {cfg.config_file}: unknown methods {unknown}; choose from {list(METHODS)}")
+    mode = "proxy" if args.proxy else "smoke" if args.smoke else "real" if real else "paper"
+    action = ("aggregate" if args.aggregate_only else "search" if args.search else "calibrate" if args.calibrate
+              else "run")
+    return Plan(mode, action, cfg, out, seeds, methods, title, device=args.device,
+                work=Path(args.work) if args.work else None, grid=args.grid,
+                inputs=PaperInputs(args.imagenet, args.harmful_dir, args.weights))
 
 
 @command("kappalab reproduce table3")
 def main(argv: list[str]) -> int:
     """Command-line entry point (see the module docstring)."""
-    call = prepare(argv)
-    from kappalab.reproduce.table3.call import run
+    plan = prepare(argv)
+    from kappalab.reproduce.table3.sweep import execute
 
-    return run(call)
+    return execute(plan)

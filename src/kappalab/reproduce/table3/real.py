@@ -24,14 +24,13 @@
   training diverges is recorded with ``diverged`` and its checkpoints so far (:func:`method_record`).
 * Where the config draws a validation part (``per_class.validation``), every record also holds ``validation``
   (:func:`validation_measures`: the D_P head's accuracy there and, for a method, the group RIR there), which the
-  selection of a setting reads (:mod:`.grid`; ``--grid`` runs its points, ``points`` of :func:`run_real`).
+  selection of a setting reads (:mod:`.grid`; ``--grid`` runs its points: :meth:`.plan.Plan.points`).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,14 +45,10 @@ from ...deep import CombinedLoader, ImmunizableModel, accuracy, extract_features
 from ...deep.metrics import probe_iterations_to_loss
 from ...deep.task import Task
 from ...deep.train import DIVERGED
-from ...extremes import eigensolver_option
-from ...provenance import provenance
-from ...results import RunStore
-from ..identity import identity
-from .config import Table3Config, resolved
+from .config import Table3Config
 from .constants import VALIDATION
-from .grid import grid_points
 from .measures import Checkpoints, checkpoint_epochs, displacement, features_rtol, group_spectra
+from .plan import Plan, RunSpec
 from .real_data import Parts, draw_parts
 from .run import calibrate, objective_config, train_config
 
@@ -63,13 +58,15 @@ CLASSES = 10
 
 @dataclass(frozen=True, eq=False)
 class RealData:
-    """Trunk activations (float64) and labels of each (task ``"P"``/``"H"``, part), with their provenance."""
+    """Trunk activations (float64) and labels of each (task ``"P"``/``"H"``, part), with their provenance and the
+    cost of loading them (``load``: CPU and wall seconds)."""
 
     parts: dict[str, Parts]
     X: dict[tuple[str, str], torch.Tensor]
     y: dict[tuple[str, str], torch.Tensor]
     trunk: dict[str, dict[str, Any]]
     weights_sha256: str
+    load: dict[str, float]
 
     def identity(self, cfg: Table3Config) -> dict[str, Any]:
         """The data entry of a run identity: both datasets' parts, the weights' and trunk cache's keys."""
@@ -83,6 +80,7 @@ def load_real_data(cfg: Table3Config) -> tuple[nn.Module, RealData]:
     from ...deep.efficientnet import WEIGHTS_SHA256, load_efficientnet_lite0
     from ...deep.trunk import cached_trunk
 
+    cpu, wall = time.process_time(), time.perf_counter()
     net = load_efficientnet_lite0(dtype=torch.float32)
     parts, X, y, trunk = {}, {}, {}, {}
     for tag, name in (("P", cfg.pretrain_data), ("H", cfg.harmful)):
@@ -97,7 +95,8 @@ def load_real_data(cfg: Table3Config) -> tuple[nn.Module, RealData]:
                                                               cfg.trunk_cut, cfg.image_size)
             X[tag, VALIDATION] = torch.from_numpy(acts).to(torch.float64)
             y[tag, VALIDATION] = torch.from_numpy(parts[tag].labels[VALIDATION])
-    return net.to(torch.float64).eval(), RealData(parts, X, y, trunk, WEIGHTS_SHA256)
+    load = {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
+    return net.to(torch.float64).eval(), RealData(parts, X, y, trunk, WEIGHTS_SHA256, load)
 
 
 def fit_head(F: torch.Tensor, y: torch.Tensor, l2: float, max_iter: int = 300) -> nn.Linear:
@@ -229,24 +228,7 @@ class Theta0:
     validation: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Bench:
-    """One call's fixed inputs: the data, the task, the ImageNet head, the exact estimator's rank rule, the work
-    folder, and theta_0's measures."""
-
-    data: RealData
-    task: Task
-    imagenet_head: nn.Module
-    rtol: float | None
-    work: Path
-    theta0: Theta0
-
-    @property
-    def validating(self) -> bool:
-        return ("P", VALIDATION) in self.data.X
-
-
-def method_record(bench: Bench, cfg: Table3Config, method: str, seed: int, key: str, balanced: dict[str, float],
+def method_record(bench: RealBench, cfg: Table3Config, method: str, seed: int, key: str, balanced: dict[str, float],
                   base: ImmunizableModel) -> dict[str, Any]:
     """A method run's measured fields (the module docstring); a run whose training diverges (:data:`DIVERGED`)
     is recorded with ``diverged`` (what was raised, and when) and its checkpoints so far, nothing measured after."""
@@ -291,69 +273,56 @@ def method_record(bench: Bench, cfg: Table3Config, method: str, seed: int, key: 
     return out
 
 
-def run_real(cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], methods: list[str],
-             points: list[dict[str, float]] | None = None) -> list[str]:
-    """Run every missing ``init`` and method record of ``cfg``'s direction and protocol; returns their keys.
+@dataclass(frozen=True)
+class RealBench:
+    """One call's fixed inputs: the data, the task, the ImageNet head, the exact estimator's rank rule, the work
+    folder, theta_0's measures, and each seed's calibration at theta_0 (no grid key changes it)."""
 
-    ``points``: settings (``--set`` overrides of :func:`.grid.grid_points`) to run each method at, those of its own
-    grid only; each point is a config of its own (its ``init`` records too). None: ``cfg`` as it is."""
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    net, data = load_real_data(cfg)
-    load_cpu, load_wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    task = build_task(net, data, cfg)
+    data: RealData
+    task: Task
+    imagenet_head: nn.Module
+    rtol: float | None
+    work: Path
+    theta0: Theta0
+    calibration: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def validating(self) -> bool:
+        return ("P", VALIDATION) in self.data.X
+
+    def measure(self, spec: RunSpec, base: ImmunizableModel, init: dict[str, Any] | None) -> dict[str, Any]:
+        """The trunk cache's provenance, then an ``init`` record's calibration, utility and validation measures,
+        or a method record's fields (:func:`method_record`, with the balanced lambdas of ``init``)."""
+        cfg, seed = spec.cfg, spec.seed
+        out: dict[str, Any] = {"trunk": self.data.trunk, "trunk_load": self.data.load}
+        measure_theta0(self, base, cfg)
+        if spec.method != "init":
+            return {**out, **method_record(self, cfg, spec.method, seed, spec.key, init["calibration"]["balanced"],
+                                           base)}
+        if seed not in self.calibration:
+            self.calibration[seed] = calibrate(self.task, base, cfg, seed)
+        out["calibration"] = self.calibration[seed]
+        out["utility"] = {k: v for k, v in self.theta0.utility.items() if k != "imagenet_top1"}
+        if self.validating:
+            out["validation"] = validation_measures(base, self.data, None, cfg, seed, self.rtol)
+        return out
+
+
+def real_bench(plan: Plan) -> tuple[RealBench, dict[str, Any]]:
+    """The real network's bench for ``plan`` (its data loaded, theta_0 built) and the data's identity."""
+    net, data = load_real_data(plan.cfg)
+    task = build_task(net, data, plan.cfg)
     n_heldout = {t: int(data.X[t, "heldout"].shape[0]) for t in ("P", "H")}
     # the exact estimator's rank rule at the trunk activations' precision (measures.features_rtol), where the config
     # asks for it; None: the float64 default rule of the runs recorded before
-    rtol = (features_rtol(max(n_heldout.values()), net.num_features) if cfg.features_precision == "float32"
+    rtol = (features_rtol(max(n_heldout.values()), net.num_features) if plan.cfg.features_precision == "float32"
             else None)
-    bench = Bench(data, task, copy.deepcopy(net.classifier).requires_grad_(False), rtol, work, Theta0())
-    data_id = data.identity(cfg)
-    keys, done = [], store.done_keys()
-    calibration: dict[int, dict[str, Any]] = {}  # per seed: gradient norms at theta_0, which no grid key changes
-    for point, seed in itertools.product(points or [{}], seeds):
-        pcfg = dataclasses.replace(cfg, **point)
-        run_methods = [m for m in methods if not point or point in grid_points(m)]
-        ident = {m: identity(resolved(pcfg), data_id, {"seed": seed, "method": m, **identity_options()})
-                 for m in ["init", *run_methods]}
-        key = {m: f"{pcfg.name}/{pcfg.protocol}/seed{seed}/{m}.{ident[m]['hash']}" for m in ident}
-        keys += key.values()
-        init = next((r for r in store.records() if r["key"] == key["init"]), None)
-        for method in ["init", *run_methods]:
-            if key[method] in done:
-                continue
-            cpu, wall = time.process_time(), time.perf_counter()
-            base = task.theta0(seed)
-            record: dict[str, Any] = {"key": key[method], "task": pcfg.name, "protocol": pcfg.protocol,
-                                      "seed": seed, "method": method, "identity": ident[method],
-                                      "trunk": data.trunk, "trunk_load": {"cpu_s": load_cpu, "wall_s": load_wall}}
-            measure_theta0(bench, base, pcfg)
-            if method == "init":
-                if seed not in calibration:
-                    calibration[seed] = calibrate(task, base, pcfg, seed)
-                record["calibration"] = calibration[seed]
-                record["utility"] = {k: v for k, v in bench.theta0.utility.items() if k != "imagenet_top1"}
-                if bench.validating:
-                    record["validation"] = validation_measures(base, data, None, pcfg, seed, rtol)
-            else:
-                record.update(method_record(bench, pcfg, method, seed, key[method], init["calibration"]["balanced"],
-                                            base))
-            record["cpu_s"], record["wall_s"] = time.process_time() - cpu, time.perf_counter() - wall
-            record["provenance"] = provenance(seed, pcfg, device="cpu", dtype="float64", data_label=task.data_label)
-            store.append(record)
-            if method == "init":
-                init = record
-            print(f"{key[method]}: {record['cpu_s']:.0f} CPU-s" + (f", {record['diverged']}" if "diverged" in record
-                                                                     else ""), flush=True)
-    return keys
+    bench = RealBench(data, task, copy.deepcopy(net.classifier).requires_grad_(False), rtol,
+                      plan.work_dir(data.identity(plan.cfg)), Theta0())
+    return bench, data.identity(plan.cfg)
 
 
-def identity_options() -> dict[str, str]:
-    """A real-network run's identity options: the CPU, float64, and the eigensolver as on every other path (a forced
-    tensor eigensolver makes another run; LAPACK, the default, adds nothing, so recorded keys stay)."""
-    return {"device": "cpu", "dtype": "float64", **eigensolver_option("cpu")}
-
-
-def measure_theta0(bench: Bench, base: ImmunizableModel, cfg: Table3Config) -> None:
+def measure_theta0(bench: RealBench, base: ImmunizableModel, cfg: Table3Config) -> None:
     """Fill ``bench.theta0`` on first use (theta_0 is the same for every seed and setting of the call)."""
     if not bench.theta0.utility:
         bench.theta0.utility.update(utility(base, bench.data, bench.imagenet_head, cfg), imagenet_agreement=1.0)

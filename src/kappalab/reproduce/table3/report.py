@@ -1,7 +1,12 @@
-"""``kappalab reproduce table3``: Table 3's markdown and Figure 3 from the run records alone."""
+"""``kappalab reproduce table3``: the report of a call, from the run records alone (:func:`report`).
+
+The proxy's and the paper's networks: ``table<suffix>.md`` and Figure 3 (:func:`aggregate`). The real network:
+``table_<name>_<protocol>.md``, the decision table (:mod:`.decision`), the estimators' table (:func:`real_table`)
+and the estimators along training (:func:`checkpoint_table`)."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -9,9 +14,12 @@ from typing import Any
 import numpy as np
 
 from ...atomic_io import save_figure, write_text
-from ...deep import METHOD_LABELS, METHODS
+from ...deep.methods import CONTROLS, METHOD_LABELS, METHODS
+from ...estimators import ESTIMATOR_NAMES
 from ...results import format_mean_std, mean_std
 from .constants import LAMBDA_OF
+from .decision import decision_table
+from .plan import Plan
 
 
 def fmt_weight(x: float) -> str:
@@ -100,3 +108,107 @@ def figure3(curves: dict[str, list[list[float]]], out: Path, title: str, suffix:
     for ext in ("png", "pdf"):
         save_figure(fig, out / f"figure3{suffix}.{ext}", dpi=150)
     plt.close(fig)
+
+
+ESTIMATOR_LABELS = {"exact": "exact (all held-out)", "groups": "ours, 20 groups of 100",
+                    "authors": "authors', 20 groups of 100"}
+
+
+def _ms_of(values: list[float | None], fmt: str = "{:.4g}") -> str:
+    """Mean ± std of the values given (one value alone as it is; none: n.a.)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "n.a."
+    return format_mean_std(*mean_std(values), fmt) if len(values) > 1 else fmt.format(values[0])
+
+
+def _interval(records: list[dict[str, Any]], estimator: str) -> str:
+    """The hull ``[min lo, max hi]`` of the seeds' bootstrap 95% intervals of the RIR, or '-' without one."""
+    cis = [r["estimates"][estimator].get("ci95") for r in records]
+    if any(ci is None for ci in cis):
+        return "-"
+    return f"[{min(c[0] for c in cis):.3g}, {max(c[1] for c in cis):.3g}]"
+
+
+def real_table(records: list[dict[str, Any]], title: str) -> str:
+    """Markdown of one direction and protocol: RIR under each estimator (mean ± std over seeds, the hull of the
+    seeds' 95% intervals), terms (i) and (ii), utility, CPU time."""
+    diverged = [r for r in records if "diverged" in r]
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if "diverged" not in r:
+            by.setdefault(r["method"], []).append(r)
+    init = by.get("init", [])
+    seeds = sorted({r["seed"] for r in records})
+    lines = [f"### {title.replace(chr(10), '; ')}", "",
+             f"Seeds {seeds}: mean ± sample std over seeds; [lo, hi]: the hull of the seeds' bootstrap 95% "
+             "intervals. Terms (i) = kappa ratio theta_I / theta_0 on D_H, (ii) on D_P; RIR = (i) / (ii).", "",
+             "| Method | estimator | (i) ↑ | (ii) ↓ | RIR_θ0 ↑ | 95% interval |", "|---|---|---|---|---|---|"]
+    for m in CONTROLS + METHODS:
+        for est in ESTIMATOR_NAMES if m in by else ():
+            rs = by[m]
+            lines.append(f"| {METHOD_LABELS[m]} | {ESTIMATOR_LABELS[est]} | "
+                         + " | ".join(_ms_of([r["estimates"][est][k] for r in rs]) for k in ("term_i", "term_ii", "rir"))
+                         + f" | {_interval(rs, est)} |")
+    lines += ["", "Utility, measured without kappa: D_P accuracy of the model's own D_P head and of a fresh linear "
+              "probe (test images, %); D_H linear-probe iterations to the target training loss (Figure 3's "
+              "measure; more = harder for the attacker; n.a. = not reached within the cap); ImageNet head's top-1 "
+              "agreement with theta_0 on the D_P test images (%); CPU seconds per run.", "",
+              "| Method | D_P head acc. | D_P probe acc. | D_H probe iterations ↑ | ImageNet top-1 agreement | "
+              "CPU-s |", "|---|---|---|---|---|---|"]
+    for m in ["init", *CONTROLS, *METHODS]:
+        rs = by.get(m)
+        if not rs:
+            continue
+        u = [r["utility"] for r in rs]
+        lines.append(f"| {'Init. θ0' if m == 'init' else METHOD_LABELS[m]} | "
+                     f"{_ms_of([100 * x['dp_test_acc'] for x in u], '{:.2f}')} | "
+                     f"{_ms_of([100 * x['dp_probe_acc'] for x in u], '{:.2f}')} | "
+                     f"{_ms_of([x['dh_probe_iterations'] for x in u], '{:.0f}')} | "
+                     f"{_ms_of([100 * x['imagenet_agreement'] for x in u], '{:.1f}')} | "
+                     f"{_ms_of([r['cpu_s'] for r in rs], '{:.0f}')} |")
+    if init:
+        lam = init[0]["calibration"]["balanced"]
+        trunk = init[0]["trunk"]
+        lines += ["", "Lambdas (balanced at theta_0, seed " + str(init[0]["seed"]) + "): "
+                  + ", ".join(f"{k} = {v:.3g}" for k, v in sorted(lam.items())) + ". Trunk cache: "
+                  + "; ".join(f"{t}: {m['images']} images, {m['cpu_s']:.0f} CPU-s" for t, m in sorted(trunk.items()))
+                  + "."]
+    if diverged:
+        lines += ["", "Diverged (recorded, nothing measured after): " + "; ".join(
+            f"{METHOD_LABELS[r['method']]} seed {r['seed']} ({r['diverged']})" for r in diverged) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def checkpoint_table(records: list[dict[str, Any]]) -> str:
+    """Markdown: each method run's three estimators of RIR, and the group estimator's terms, at its checkpoints
+    (``checkpoints``: epoch ends spread over training), with the D_P head's test accuracy there where recorded."""
+    lines = ["| Method | seed | step | RIR ours (groups) | (i) | (ii) | RIR authors' | RIR exact | D_P acc. (%) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        for c in r.get("checkpoints", []):
+            e = c["estimates"]
+            acc = f"{100 * c['dp_test_acc']:.1f}" if "dp_test_acc" in c else "not recorded"
+            lines.append(f"| {METHOD_LABELS[r['method']]} | {r['seed']} | {c['step']} | {e['groups']['rir']:.3g} | "
+                         f"{e['groups']['term_i']:.3g} | {e['groups']['term_ii']:.3g} | {e['authors']['rir']:.3g} | "
+                         f"{e['exact']['rir']:.3g} | {acc} |")
+    return "\n".join(lines) + "\n"
+
+
+def report(plan: Plan, records: list[dict[str, Any]]) -> int:
+    """Write and print the call's report from ``records`` (module docstring); 1 with a line on stderr when there are
+    none."""
+    cfg, out = plan.cfg, plan.out
+    if not records:
+        print(f"kappalab reproduce table3: no records of {cfg.name} ({cfg.protocol}) in {out / 'runs.jsonl'}",
+              file=sys.stderr)
+        return 1
+    if not plan.real:
+        print(aggregate(records, out, plan.title, "" if cfg.protocol == "paper" else "_official"))
+        return 0
+    table = (decision_table({plan.title.replace("\n", "; "): records}) + "\n" + real_table(records, plan.title)
+             + "\nAlong training:\n\n" + checkpoint_table(records))
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / f"table_{cfg.name}_{cfg.protocol}.md", table)
+    print(table)
+    return 0

@@ -1,14 +1,11 @@
-"""``kappalab reproduce table3``: the runs of a task (the config's objective and training settings, the
-calibration at theta_0, the evaluation, the run keys and the loop over missing (seed, method) records)."""
+"""``kappalab reproduce table3``: one record of the proxy's or the paper's networks (:class:`NetBench`): the
+config's objective and training settings, the calibration at theta_0, the training and the evaluation."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import sys
-import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +16,10 @@ from ...deep.methods import CONTROLS, OPTIMIZER_OF, WEIGHTS
 from ...deep import (METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig, TrainConfig, accuracy,
                      balanced_scale, extract_features, gradient_norms, immunize, linear_probe_curve, rir_theta0)
 from ...deep.task import Task
-from ...distributed import finish_distributed, world
 from ...errors import DegenerateSpectrumWarning
-from ...extremes import eigensolver_option
-from ...provenance import provenance
-from ...results import RunStore
-from ..identity import identity
-from .config import Table3Config, load_table3_config, resolved
+from ..identity import data_identity as arrays_identity
+from .config import Table3Config, load_table3_config
+from .plan import PaperInputs, Plan, RunSpec
 
 
 def load_config(name: str, quick: bool = False, overrides: dict[str, Any] | None = None) -> Table3Config:
@@ -103,54 +97,68 @@ def evaluate(task: Task, model: ImmunizableModel, reference: ImmunizableModel | 
     return out
 
 
-def run_keys(task: Task, cfg: Table3Config, data: dict[str, str], seeds: list[int], methods: list[str]
-             ) -> dict[tuple[int, str], tuple[str, dict[str, Any]]]:
-    """``(seed, method) -> (key, identity)`` of every record of the call (``init`` records included)."""
-    out = {}
-    for s in seeds:
-        for m in ["init", *methods]:
-            ident = identity(resolved(cfg), data, {"seed": s, "method": m, "device": task.device, "dtype": "float64",
-                                                   **eigensolver_option(str(task.device))})
-            out[s, m] = (f"{task.name}/seed{s}/{m}.{ident['hash']}", ident)
-    return out
+@dataclass(frozen=True)
+class NetBench:
+    """The proxy's and the paper's networks: an ``init`` record holds the calibration at theta_0 and theta_0's
+    evaluation; a method record the training history (resumed from its epoch checkpoint under ``work``) and the
+    evaluation against theta_0 (:func:`evaluate`)."""
 
+    task: Task
+    work: Path
 
-def run_task(task: Task, cfg: Table3Config, store: RunStore, work: Path, seeds: list[int], methods: list[str],
-             keys: dict[tuple[int, str], tuple[str, dict[str, Any]]]) -> None:
-    """Run every missing (seed, method) record of ``task`` (plus one ``init`` record per seed), under ``keys``."""
-    from tqdm.auto import tqdm
-
-    done = store.done_keys()
-    todo = [(s, m) for s in seeds for m in ["init", *methods] if keys[s, m][0] not in done]
-    for seed, method in tqdm(todo, desc=f"table3 {task.name}", disable=not sys.stderr.isatty()):
-        (key, ident), t0 = keys[seed, method], time.perf_counter()
-        base = task.theta0(seed)
-        record: dict[str, Any] = {"key": key, "task": task.name, "seed": seed, "method": method, "identity": ident}
+    def measure(self, spec: RunSpec, base: ImmunizableModel, init: dict[str, Any] | None) -> dict[str, Any]:
+        cfg, seed, method = spec.cfg, spec.seed, spec.method
         if method == "init":
-            record["calibration"] = calibrate(task, base, cfg, seed)
-            record.update(evaluate(task, base, None, cfg, seed))
-        else:
-            model = copy.deepcopy(base)
-            torch.manual_seed(seed)
-            loader = CombinedLoader(*task.loaders(seed), epoch_on=cfg.epoch_on)
-            record["history"] = immunize(model, method, loader, objective_config(cfg, task.harmful_classes),
-                                         train_config(cfg, method), device=task.device,
-                                         checkpoint=work / f"seed{seed}" / f"{method}.pt")
-            record.update(evaluate(task, model, base, cfg, seed))
-        record["wall_s"] = time.perf_counter() - t0
-        record["provenance"] = provenance(seed, cfg, device=task.device, dtype="float64", data_label=task.data_label)
-        if world()[0] == 0:  # under torchrun every rank trains; rank 0 alone records
-            store.append(record)
+            return {"calibration": calibrate(self.task, base, cfg, seed), **evaluate(self.task, base, None, cfg, seed)}
+        model = copy.deepcopy(base)
+        torch.manual_seed(seed)
+        loader = CombinedLoader(*self.task.loaders(seed), epoch_on=cfg.epoch_on)
+        history = immunize(model, method, loader, objective_config(cfg, self.task.harmful_classes),
+                           train_config(cfg, method), device=self.task.device,
+                           checkpoint=self.work / f"seed{seed}" / f"{method}.pt")
+        return {"history": history, **evaluate(self.task, model, base, cfg, seed)}
 
 
-def run_on_every_rank(task: Task, cfg: Table3Config, store: RunStore, work: Path, seeds: list[int],
-                      methods: list[str], keys: dict[tuple[int, str], tuple[str, dict[str, Any]]]) -> int:
-    """:func:`run_task` in every process of the job (one under plain ``python``; each rank under ``torchrun``),
-    then the process group torn down; returns this process's rank. Rank 0 alone holds the store's lock (it alone
-    writes): a second rank taking it would fail at once (:class:`~kappalab.results.StoreBusyError`) and leave
-    rank 0 waiting in all_reduce."""
-    rank = world()[0]
-    with store.lock() if rank == 0 else contextlib.nullcontext():
-        run_task(task, cfg, store, work, seeds, methods, keys)
-    finish_distributed()
-    return rank
+def data_identity(plan: Plan) -> dict[str, str]:
+    """The proxy: the embedded MNIST subset's arrays and the digits. The paper's nets: the folders and the weights
+    file's sha256 (hashing ImageNet's files is out of reach; the folders are named instead)."""
+    cfg, inputs = plan.cfg, plan.inputs
+    if plan.mode in ("proxy", "smoke"):
+        from ...data.mnist import load_mnist
+
+        data = load_mnist()
+        name = (f"mnist-subset/{cfg.pretrain_digits}-vs-{cfg.harmful_digits}" if plan.mode == "proxy"
+                else f"mnist-subset digits at 224x224 ({cfg.name}, {cfg.smoke_per_class} per class)")
+        return arrays_identity(name, {"images": data.images, "labels": data.labels})
+    import hashlib
+
+    weights = Path(inputs.weights) if inputs.weights else None
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest() if weights and weights.is_file() else "no weights file"
+    return {"name": f"imagenet-1k ({inputs.imagenet}) vs {cfg.harmful} ({inputs.harmful_dir})",
+            "sha256": f"weights {digest}"}
+
+
+def net_bench(plan: Plan) -> tuple[NetBench, dict[str, str]]:
+    """The bench of the proxy's or the paper's networks, and the data's identity (a missing input of the paper's
+    networks, or kappalab[deep] missing, is a UsageError naming the argument)."""
+    from ...cli_options import UsageError
+    from .proxy import proxy_task
+
+    data = data_identity(plan)
+    work = plan.work_dir(data)
+    if plan.mode == "proxy":
+        return NetBench(proxy_task(plan.cfg, work, device=plan.device), work), data
+    from ...deep.paper import paper_task
+
+    inputs = plan.inputs
+    if plan.mode == "smoke":
+        from ...deep.smoke import make_digit_folders
+
+        imagenet, harmful = make_digit_folders(work / "data", plan.cfg.smoke_per_class)
+        inputs = PaperInputs(str(imagenet), str(harmful), inputs.weights)
+    try:
+        task = paper_task(plan.cfg, inputs, work, plan.device, methods=plan.methods,
+                          calibrating=plan.action == "calibrate")
+    except (ValueError, FileNotFoundError, ImportError) as error:  # missing inputs or kappalab[deep]
+        raise UsageError(f"--arch {plan.cfg.arch}: {str(error).splitlines()[0]}") from None
+    return NetBench(task, work), data

@@ -92,12 +92,12 @@ class Plan:
         return {**ident, "rows": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}}
 
     @property
-    def data_identity(self) -> dict[str, str]:
+    def identity_data(self) -> dict[str, str]:
         """The data part of each run's identity."""
         return {k: self.data[k] for k in ("name", "sha256")}
 
     @functools.cached_property
-    def options(self) -> dict[str, Any]:
+    def identity_options(self) -> dict[str, Any]:
         """Every run's identity options but its seed."""
         return {**device_options(self.device), "probe_iters": self.probe_iters, "probe_target": self.probe_target,
                 **table1_options(self.trajectory, self.processes)}
@@ -121,7 +121,7 @@ class Plan:
                              **({"epochs": self.epochs} if self.epochs is not None else {}),
                              **({"eta": lr} if lr is not None else {})}
                 for s in self.seeds:
-                    ident = identity(cfg.resolved(), self.data_identity, {"seed": s, **self.options})
+                    ident = identity(cfg.resolved(), self.identity_data, {"seed": s, **self.identity_options})
                     key = run_key(f"{self.protocol}.{method}.s{s}.e{cfg.epochs}" + (f".lr{lr:g}" if lr else "")
                                   + (f".p{self.processes}" if self.processes > 1 else ""), ident)
                     out.append((RunSpec(key, ident, self.protocol, method, s, overrides, self.data_csv, self.device,
@@ -132,6 +132,6 @@ class Plan:
     def same_settings(self, stored: Mapping[str, Any]) -> bool:
         """Whether a stored record was made with this plan's protocol, data, options and epochs (a run of an earlier
         call into the same ``--out`` counts): the runs an lr's report and the selection cover."""
-        return (stored["result"]["protocol"] == self.protocol and stored["identity"]["data"] == self.data_identity
-                and {k: v for k, v in stored["identity"]["options"].items() if k != "seed"} == self.options
+        return (stored["result"]["protocol"] == self.protocol and stored["identity"]["data"] == self.identity_data
+                and {k: v for k, v in stored["identity"]["options"].items() if k != "seed"} == self.identity_options
                 and stored["result"]["epochs"] in {c.epochs for c in self.configs.values()})

@@ -82,8 +82,8 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") ->
 TABLE1_OPTION_REFERENCES: dict[str, Any] = {"trajectory": False, "processes": 1}
 #: Table 2's engine: the single engine (runs recorded before the batched engine existed)
 ENGINE_REFERENCES: dict[str, Any] = {"engine": "single"}
-#: Table 3's config fields of the protocols and the real-network rows (:func:`kappalab.reproduce.table3.config.resolved`;
-#: records made before these fields existed)
+#: Table 3's config fields of the protocols and the real-network rows (records made before these fields existed;
+#: kappalab.reproduce.table3.config.resolved applies them)
 TABLE3_CONFIG_REFERENCES: dict[str, Any] = {
     "protocol": "paper", "transforms": "timm_eval", "pretrain_data": None, "trunk_cut": None, "image_size": None,
     "per_class": None, "split_seed_real": None, "head_l2": None, "probe_target_loss": None, "probe_max_iter": None,

@@ -10,6 +10,9 @@ written as canonical JSON (sorted keys, floats by ``repr``) and hashed with sha2
 first 12 hex digits with a readable label. Two runs share a key only if all three agree, so a store never reuses a
 run made with other settings or other data: the new run gets its own key (both are kept), and its artifacts live
 under ``OUT/runs/<key>/``.
+
+The compatibility rules (the last section) say which options and config fields are left out of an identity where
+they hold their reference value: every such rule is listed there.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from kappalab.extremes import eigensolver_option
 from kappalab.results import to_jsonable
 
 HASH_DIGITS = 12
@@ -69,3 +73,46 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") ->
         elif canonical(va) != canonical(vb):
             out.append(path)
     return out
+
+
+# Compatibility rules. An option or config field equal to its reference value is left out of a run's identity, so
+# the runs recorded before the option or field existed keep their keys; each rule says which runs it keeps.
+
+#: Table 1's options: one process and no trajectory (runs recorded before --processes and --trajectory existed)
+TABLE1_OPTION_REFERENCES: dict[str, Any] = {"trajectory": False, "processes": 1}
+#: Table 2's engine: the single engine (runs recorded before the batched engine existed)
+ENGINE_REFERENCES: dict[str, Any] = {"engine": "single"}
+#: Table 3's config fields of the protocols and the real-network rows (records made before these fields existed;
+#: kappalab.reproduce.table3.config.resolved applies them)
+TABLE3_CONFIG_REFERENCES: dict[str, Any] = {
+    "protocol": "paper", "transforms": "timm_eval", "pretrain_data": None, "trunk_cut": None, "image_size": None,
+    "per_class": None, "split_seed_real": None, "head_l2": None, "probe_target_loss": None, "probe_max_iter": None,
+    "norm_statistics": "batch", "lambda_multiple": 1.0, "lambda_oracle": None, "spectral_route": "dense",
+    "features_precision": "float64", "theta0_statistics": "imagenet"}
+# Two rules are computed in the core, which imports nothing from kappalab.reproduce:
+# * the eigensolver: LAPACK adds nothing (runs recorded before the tensor eigensolver existed); what "auto" runs on a
+#   device is the core's rule (kappalab.extremes.eigensolver_option), applied here by device_options;
+# * the linear configs' extras declared identity_when_set (bias, precondition_side, walk_step) at their defaults
+#   (runs recorded before those extras existed): kappalab.immunization.config.IDENTITY_WHEN_SET, applied by
+#   MethodConfig.resolved.
+
+
+def without_references(values: Mapping[str, Any], references: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` less every entry equal to its reference value in ``references``."""
+    return {k: v for k, v in values.items() if not (k in references and v == references[k])}
+
+
+def device_options(device: str) -> dict[str, Any]:
+    """The device part of a run's identity options: the device, float64, and the eigensolver where ``"auto"`` runs
+    the tensor path on ``device``."""
+    return {"device": device, "dtype": "float64", **eigensolver_option(device)}
+
+
+def table1_options(trajectory: bool, processes: int) -> dict[str, Any]:
+    """Table 1's ``trajectory`` and ``processes`` options, less their references."""
+    return without_references({"trajectory": trajectory, "processes": processes}, TABLE1_OPTION_REFERENCES)
+
+
+def engine_option(engine: str) -> dict[str, Any]:
+    """Table 2's engine option, less its reference."""
+    return without_references({"engine": engine}, ENGINE_REFERENCES)

@@ -28,20 +28,17 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-import numpy as np
-
-from kappalab.atomic_io import save_npy
 from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
                                   data_errors, positive_float, positive_int, seed, unique)
 from kappalab.configs import PROTOCOLS, read_overrides
-from kappalab.extremes import eigensolver_option
-from kappalab.results import MEAN_STD_CONVENTION
 
-from .constants import ALL, HINTS, ORDER, PAPER_TABLE1
-from .report import csv_rows, figure, markdown, summarize
-from .run import RunSpec, config_of, data_identity_of, probe, run_one, steps_per_epoch, task_of
+from .constants import ALL, HINTS, ORDER
+from .plan import Plan, method_overrides
+from .report import header, write_reports
+from .run import config_of, steps_per_epoch, task_of
+from .sweep import run_plan
 
 SELECTIONS = ("none", "paper", "validation")
 QUICK_EPOCHS = {"paper": 3, "official": 2}
@@ -100,7 +97,7 @@ def build_parser() -> Parser:
     return ap
 
 
-def parse_args(argv: Sequence[str]):
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = build_parser().parse_args(list(argv))
     args.seeds = unique(args.seeds if args.seeds is not None else ((0,) if args.quick else DEFAULT_SEEDS), "--seeds")
     if args.quick:
@@ -117,30 +114,9 @@ def parse_args(argv: Sequence[str]):
     return args
 
 
-def method_overrides(overrides: dict[str, Any], method: str) -> dict[str, Any]:
-    """The overrides that apply to ``method``: unscoped keys, and ``<method>.<key>`` with the prefix removed."""
-    from kappalab.immunization import METHODS
-
-    scopes = set(METHODS) | set(ALL)
-    out = {k: v for k, v in overrides.items() if k.split(".")[0] not in scopes}
-    out.update({k.split(".", 1)[1]: v for k, v in overrides.items() if k.split(".")[0] == method})
-    return out
-
-
-@command("kappalab reproduce table1")
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    from kappalab.provenance import provenance
-    from kappalab.reproduce.identity import identity, run_key
-    from kappalab.results import RunStore, to_jsonable, write_report
-    from kappalab.sweep import Job, run_sweep
-
-    torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+def plan_of(args: argparse.Namespace) -> Plan:
+    """The call's :class:`~.plan.Plan`: each method's config loaded (one data set for all), the data read, the
+    data-parallel run's batches and the output folder checked."""
     overrides = read_overrides(args.config, args.overrides)
     configs = {m: config_of(args.protocol, m, method_overrides(overrides, m)) for m in args.methods}
     if args.epochs is not None:
@@ -155,85 +131,28 @@ def main(argv: list[str]) -> int:
             steps_per_epoch(task, c, args.processes)
         except ValueError as e:
             raise UsageError(f"--processes {args.processes}: {m}: {e}") from None
-    out: Path = check_out(args.out)
-    with threadpool_limits(args.threads):
-        data = data_identity_of(task)
-        data_dir = out / "data" / data["sha256"][:12]
-        data_dir.mkdir(parents=True, exist_ok=True)
-        for name, arr in (("features_P", task.X_P), ("features_H", task.X_H), ("y_P", task.y_P), ("y_H", task.y_H)):
-            save_npy(data_dir / f"{name}.npy", arr)
-        data_record = {**data, "rows": {"P": int(task.X_P.shape[0]), "H": int(task.X_H.shape[0])}}
-        run_configs = {}
-        # a one-process run names no 'processes' option, so runs recorded without the option keep their key
-        call_options = {"device": args.device, "dtype": "float64", **eigensolver_option(args.device),
-                        "probe_iters": args.probe_iters,
-                        "probe_target": args.probe_target, **({"trajectory": True} if args.trajectory else {}),
-                        **({"processes": args.processes} if args.processes > 1 else {})}
-        tag = f"_ddp{args.processes}" if args.processes > 1 else ""
-        jobs = []
-        for lr in args.lrs or (None,):
-            for method in args.methods:
-                cfg = configs[method] if lr is None else configs[method].replace(eta=lr)
-                for s in args.seeds:
-                    options = {"seed": s, **call_options}
-                    ident = identity(cfg.resolved(), data, options)
-                    key = run_key(f"{args.protocol}.{method}.s{s}.e{cfg.epochs}" + (f".lr{lr:g}" if lr else "")
-                                  + (f".p{args.processes}" if args.processes > 1 else ""), ident)
-                    run_configs[key] = cfg
-                    overrides_m = {**method_overrides(overrides, method),
-                                   **({"epochs": args.epochs} if args.epochs is not None else {}),
-                                   **({"eta": lr} if lr is not None else {})}
-                    jobs.append(Job(key, RunSpec(key, ident, args.protocol, method, s, overrides_m, args.data_csv,
-                                                 args.device, args.probe_iters, args.probe_target, out,
-                                                 args.trajectory, data_record, args.processes)))
-        store = RunStore(out / f"runs_{args.protocol}.jsonl")
-        done = run_sweep(jobs, run_one, store, workers=args.workers, threads_per_worker=args.threads,
-                         progress=not args.no_progress, desc=f"table1/{args.protocol}{tag}",
-                         extra_record=lambda job: {"identity": job.spec.identity, "provenance": provenance(
-                             job.spec.seed, run_configs[job.key], device=args.device,
-                             data_label=task.data_label)})
-        wanted = {job.key for job in jobs}
-        stored = {r["key"]: r for r in store.records() if r["key"] in wanted}
-        records = [{"key": job.key, **stored[job.key]["result"], "identity": stored[job.key]["identity"],
-                    "provenance": stored[job.key].get("provenance")} for job in jobs]
-        direct = probe(np.eye(task.dim), None, task, args.probe_iters, args.probe_target)  # theta = I
-        direct_curves = {w: direct[w].pop("curve") for w in ("P", "H")}
-        for which in ("P", "H"):
-            save_npy(data_dir / f"probe_identity_{which}_{args.probe_iters}.npy", direct_curves[which])
-        ev0 = records[0]["evaluation"]
-        meta = {"protocol": args.protocol, "processes": args.processes, "seeds": list(args.seeds),
-                "methods": args.methods,
-                "epochs": {m: c.epochs for m, c in configs.items()}, "device": args.device,
-                "threads": args.threads, "workers": args.workers,
-                "load_average": [round(x, 2) for x in load] if load else None,
-                "total_wall_time_s": time.perf_counter() - start, "rtol": ev0["rtol"], "shift": ev0["shift"],
-                "probe_iters": args.probe_iters, "probe_target": args.probe_target, "identity_probe": direct,
-                "data_label": task.data_label, "data": data_record, "overrides": overrides,
-                "mean_std": MEAN_STD_CONVENTION, "runs_done_this_call": done.completed,
-                "command": ["kappalab", "reproduce", "table1", *argv]}
-        # with --lrs, each lr's report and the selection cover every run of this store made with the same protocol,
-        # data, options and epochs (earlier calls into the same --out included), not only this call's
-        same = lambda rec: (rec["result"]["protocol"] == args.protocol and rec["identity"]["data"] == data
-                            and {k: v for k, v in rec["identity"]["options"].items() if k != "seed"} == call_options
-                            and rec["result"]["epochs"] in {c.epochs for c in configs.values()})
-        pool = [{"key": rec["key"], **rec["result"], "identity": rec["identity"], "provenance": rec.get("provenance")}
-                for rec in store.records() if same(rec)]
-        groups = {None: records} if args.lrs is None else {lr: [r for r in pool if r.get("eta") == lr]
-                                                            for lr in args.lrs}
-        for lr, rs in groups.items():
-            suffix = f"_lr{lr:g}" if lr is not None else ""
-            summary = summarize(rs)
-            stem = f"table1_{args.protocol}{tag}{suffix}"
-            write_report(out, stem, to_jsonable({"meta": {**meta, "lr": lr}, "summary": summary,
-                                                 "paper_reference": PAPER_TABLE1, "runs": rs}),
-                         markdown(summary, meta), csv_rows(summary))
-            figure(out, rs, direct_curves, f"{args.protocol}{tag}{suffix}")
-        if args.trajectory:
-            from .selection import write_selection
+    return Plan(protocol=args.protocol, methods=tuple(args.methods), seeds=args.seeds, lrs=args.lrs,
+                overrides=overrides, epochs=args.epochs, configs=configs, task=task, out=check_out(args.out),
+                processes=args.processes, trajectory=args.trajectory, selection=args.selection,
+                probe_iters=args.probe_iters, probe_target=args.probe_target, device=args.device,
+                data_csv=args.data_csv, threads=args.threads, workers=args.workers, progress=not args.no_progress)
 
-            grid = [r for r in pool if r["files"].get("trajectory")]
-            write_selection(out, grid, args.selection, args.protocol, data_record, tag)
-    print(f"[table1] wrote {out}/{stem}.json, .md, .csv, figure1_{args.protocol}{tag}.png/pdf "
+
+@command("kappalab reproduce table1")
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    plan = plan_of(args)
+    with threadpool_limits(plan.threads):
+        swept = run_plan(plan)
+        meta = header(plan, swept, ["kappalab", "reproduce", "table1", *argv], time.perf_counter() - start, load)
+        stem = write_reports(plan, swept, meta)
+    print(f"[table1] wrote {plan.out}/{stem}.json, .md, .csv, figure1_{plan.protocol}{plan.tag}.png/pdf "
           f"({time.perf_counter() - start:.1f} s)")
     return 0
 

@@ -1,17 +1,28 @@
 """``kappalab reproduce table1``: the report from the run records (summary over seeds, markdown, CSV rows and
-Figure 1); the command is :mod:`.cli`."""
+Figure 1, and App. C.2's selection over the trajectories, :mod:`.selection`); it trains nothing and computes no
+identity. The command is :mod:`.cli`."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kappalab.atomic_io import save_figure
-from kappalab.results import MEAN_STD_CONVENTION, format_mean_std, mean_std
+from kappalab.results import (
+    MEAN_STD_CONVENTION,
+    format_mean_std,
+    mean_std,
+    to_jsonable,
+    write_report,
+)
 
 from .constants import ALL, HINTS, LABELS, PAPER_TABLE1
+
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .sweep import Swept
 
 METRICS = ("term_i", "term_ii", "rir")
 
@@ -127,3 +138,41 @@ def figure(out: Path, records: list[dict[str, Any]], direct_curves: dict[str, np
         save_figure(fig, out / f"figure1_{protocol}.{ext}", dpi=150)
     plt.close(fig)
 
+
+
+def header(plan: Plan, swept: Swept, command: list[str], wall_time_s: float,
+           load_average: tuple[float, ...] | None) -> dict[str, Any]:
+    """The reports' ``meta``: the call (its plan and ``command``), its timing and theta = I's probe."""
+    ev0 = swept.records[0]["evaluation"]
+    return {"protocol": plan.protocol, "processes": plan.processes, "seeds": list(plan.seeds),
+            "methods": list(plan.methods), "epochs": {m: c.epochs for m, c in plan.configs.items()},
+            "device": plan.device, "threads": plan.threads, "workers": plan.workers,
+            "load_average": [round(x, 2) for x in load_average] if load_average else None,
+            "total_wall_time_s": wall_time_s, "rtol": ev0["rtol"], "shift": ev0["shift"],
+            "probe_iters": plan.probe_iters, "probe_target": plan.probe_target, "identity_probe": swept.identity_probe,
+            "data_label": plan.task.data_label, "data": plan.data, "overrides": plan.overrides,
+            "mean_std": MEAN_STD_CONVENTION, "runs_done_this_call": swept.completed, "command": command}
+
+
+def write_reports(plan: Plan, swept: Swept, meta: dict[str, Any]) -> str:
+    """``table1_<protocol>[_ddp<N>][_lr<eta>].json/.md/.csv`` and Figure 1 for the plan's runs (with ``--lrs``, one
+    report per lr over every stored run with the plan's settings: :attr:`~.sweep.Swept.pool`), and the selection
+    over the pool's trajectories where the plan records them. Returns the last report's name."""
+    out, tag = plan.out, plan.tag
+    groups = {None: swept.records} if plan.lrs is None else {lr: [r for r in swept.pool if r.get("eta") == lr]
+                                                             for lr in plan.lrs}
+    for lr, rs in groups.items():
+        suffix = f"_lr{lr:g}" if lr is not None else ""
+        summary = summarize(rs)
+        stem = f"table1_{plan.protocol}{tag}{suffix}"
+        write_report(out, stem, to_jsonable({"meta": {**meta, "lr": lr}, "summary": summary,
+                                             "paper_reference": PAPER_TABLE1, "runs": rs}),
+                     markdown(summary, meta), csv_rows(summary))
+        figure(out, rs, swept.identity_curves, f"{plan.protocol}{tag}{suffix}")
+    if plan.trajectory:
+        # imported here: it imports torch (kappalab.immunization)
+        from .selection import write_selection
+
+        grid = [r for r in swept.pool if r["files"].get("trajectory")]
+        write_selection(out, grid, plan.selection, plan.protocol, plan.data, tag)
+    return stem

@@ -1,20 +1,16 @@
-"""``kappalab reproduce table1``: the data and one run (the sweep worker :func:`run_one`, its config, task, data
-identity, probe curves and step count); the command is :mod:`.cli`."""
+"""``kappalab reproduce table1``: one run (the sweep worker :func:`run_one`: a :class:`~.plan.RunSpec` -> its record)
+and what it reads: its config, the task, the probe curves and the step count."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from kappalab.atomic_io import save_npy, save_npz
 
-if TYPE_CHECKING:
-    from kappalab.immunization import MethodConfig
+from .plan import RunSpec
 
 
 @functools.lru_cache(maxsize=4)
@@ -23,13 +19,6 @@ def task_of(protocol: str, data_csv: str | None, n_rows: int):
     from kappalab.immunization import house_prices_task
 
     return house_prices_task(protocol, data_csv, n_official=n_rows)
-
-
-def data_identity_of(task) -> dict[str, str]:
-    """The task's data identity: its name and the sha256 of the four arrays a run reads."""
-    from kappalab.reproduce.identity import data_identity
-
-    return data_identity(task.name, {"X_P": task.X_P, "y_P": task.y_P, "X_H": task.X_H, "y_H": task.y_H})
 
 
 def probe(theta: np.ndarray, bias: np.ndarray | None, task, iters: int, target: float) -> dict[str, Any]:
@@ -75,38 +64,6 @@ def emulation(processes: int, task, cfg) -> dict[str, Any] | None:
             "gradients": "mean over ranks", "steps_per_epoch": steps_per_epoch(task, cfg, processes)}
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """One Table 1 run, as its worker reads it (typed fields); :meth:`record` is the record's ``params`` (the keys
-    and values its stores have always held) and :attr:`config` its resolved config, built once per run."""
-
-    key: str  #: the run's key (its label and the identity's hash)
-    identity: Mapping[str, Any]  #: its identity (:func:`kappalab.reproduce.identity.identity`)
-    protocol: str
-    method: str  #: a method of Table 1 or a hint baseline (:func:`config_of`)
-    seed: int
-    overrides: Mapping[str, Any]  #: the method's overrides (``--set``, ``--epochs``, the learning rate of ``--lrs``)
-    data_csv: str | None  #: House Prices' train.csv (None: the cached download)
-    device: str
-    probe_iters: int  #: Eq. 16's gradient-descent iterations
-    probe_target: float  #: ... and the relative error counted to
-    out: Path  #: the command's output folder (the run's arrays go under ``out/runs/<key>``)
-    trajectory: bool  #: record the trajectory (:class:`kappalab.immunization.trajectory.TrajectoryRecorder`)
-    data: Mapping[str, Any]  #: the data's identity and rows (the record's ``data``)
-    processes: int  #: > 1: the data-parallel emulation of that many processes
-
-    @functools.cached_property
-    def config(self) -> MethodConfig:
-        """The run's resolved config: ``table1_<protocol>_<method>`` with its overrides."""
-        return config_of(self.protocol, self.method, dict(self.overrides))
-
-    def record(self) -> dict[str, Any]:
-        return {"key": self.key, "identity": self.identity, "protocol": self.protocol, "method": self.method,
-                "seed": self.seed, "overrides": self.overrides, "data_csv": self.data_csv, "device": self.device,
-                "probe_iters": self.probe_iters, "probe_target": self.probe_target, "out": str(self.out),
-                "trajectory": self.trajectory, "data": self.data, "processes": self.processes}
-
-
 def run_one(spec: RunSpec) -> dict[str, Any]:
     """Sweep worker: train (``processes`` > 1: the data-parallel emulation), evaluate, save theta_I / bias / probe
     curves (and the trajectory) under ``OUT/runs/<key>/``. The evaluation, probes and trajectory read the task's
@@ -116,7 +73,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     from kappalab.immunization.protocols import PROTOCOL_CLASSES
     from kappalab.immunization.trajectory import TrajectoryRecorder
 
-    cfg, processes = spec.config, spec.processes
+    cfg, processes = config_of(spec.protocol, spec.method, dict(spec.overrides)), spec.processes
     task = task_of(spec.protocol, spec.data_csv, cfg.extra.n_rows)
     recorder = TrajectoryRecorder(task, steps_per_epoch(task, cfg, processes),
                                   bias=PROTOCOL_CLASSES[cfg.protocol].has_bias and cfg.extra.bias) if spec.trajectory else None

@@ -152,12 +152,13 @@ def batched_runs(device: str, batch_size: int):
 
 
 def identity_options(engine: str) -> dict[str, str]:
-    """The engine's part of a run's identity options: none for the single engine (the reference: runs recorded
-    without an engine option keep their keys), ``{"engine": "batched"}`` for the batched one (:mod:`.engine`'s
-    docstring)."""
+    """The engine's part of a run's identity options (:func:`kappalab.reproduce.identity.engine_option`: none for
+    the single engine, ``{"engine": "batched"}`` for the batched one; :mod:`.engine`'s docstring)."""
+    from kappalab.reproduce.identity import engine_option
+
     if engine not in ENGINES[1:]:
         raise ValueError(f"engine must be 'single' or 'batched', got {engine!r}")
-    return {} if engine == "single" else {"engine": engine}
+    return engine_option(engine)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any, Mapping, get_type_hints
 
 from kappalab.configs import CONFIG_DIR, PROTOCOLS, ConfigError, conforms, described, read, set_dotted
+from kappalab.reproduce.identity import TABLE3_CONFIG_REFERENCES
 from kappalab.reproduce.table3.constants import PARTS, VALIDATION
 
 #: the reason recorded for a value given with ``--set``
@@ -150,14 +151,9 @@ _REQUIRED = tuple(f.name for f in fields(Table3Config) if f.default is MISSING a
 OVERRIDABLE: dict[str, Any] = {**{n: None for n in FIELD_NAMES if n != "protocol"},
                                "search": {k: None for k in SEARCH_KEYS},
                                "per_class": {k: None for k in (*PARTS, VALIDATION)}}
-#: fields of the protocols and the real-network rows: a run's identity holds them only where they differ from these
-#: values, so a config that does not use them keeps the run keys of the records made without these fields
-IDENTITY_DEFAULTS: dict[str, Any] = {"protocol": "paper", "transforms": "timm_eval", "pretrain_data": None,
-                                     "trunk_cut": None, "image_size": None, "per_class": None,
-                                     "split_seed_real": None, "head_l2": None, "probe_target_loss": None,
-                                     "probe_max_iter": None, "norm_statistics": "batch", "lambda_multiple": 1.0,
-                                     "lambda_oracle": None, "spectral_route": "dense", "features_precision": "float64",
-                                     "theta0_statistics": "imagenet"}
+#: fields of the protocols and the real-network rows left out of a run's identity where equal to these values
+#: (:mod:`kappalab.reproduce.identity`'s compatibility rules)
+IDENTITY_DEFAULTS: dict[str, Any] = TABLE3_CONFIG_REFERENCES
 _BLOCK = set(FIELD_NAMES) - {"protocol"}
 #: the accepted values of the fields that name a choice
 CHOICES: dict[str, tuple[str, ...]] = {

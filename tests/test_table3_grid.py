@@ -73,9 +73,9 @@ def test_the_table_reads_a_gridded_method_at_its_choice_and_a_fixed_setting_as_i
     assert [(r["method"], r["identity"]["config"]["eta"]) for r in kept if r["method"] != "init"] == [
         ("ours", 1e-4), ("oracle", 1e-3), ("task_only", 1e-3)]
     rows = {row.method: row for row in decide(_inits() + runs)}
-    assert rows["ours"].rir["groups"] == 6.0 and rows["ours"].setting == "0.0001, x1 (selected)"
+    assert rows["ours"].rir["groups"] == 6.0 and rows["ours"].setting == "0.0001, x1 (selected, 2 of 9 grid points run)"
     assert rows["task_only"].setting == "0.001" and rows["ours"].verdict == "immunizes"
-    assert "| 0.0001, x1 (selected) |" in decision_table({"t": _inits() + runs})
+    assert "| 0.0001, x1 (selected, 2 of 9 grid points run) |" in decision_table({"t": _inits() + runs})
 
 
 def test_the_validation_part_is_drawn_after_the_others_without_moving_them(monkeypatch):
@@ -159,5 +159,5 @@ def test_a_method_with_no_setting_that_keeps_utility_gets_a_row_that_says_so():
     runs = [_record("ours", 0, eta, 1.0, val_acc=0.5, val_rir=9.0) for eta in GRID["eta"]]
     runs += [_record(m, 0, 1e-3, 1.0, val_acc=0.8, val_rir=1.0) for m in ("oracle", "task_only")]
     rows = {row.method: row for row in decide(_inits() + runs)}
-    assert rows["ours"].n == 0 and rows["ours"].setting == "none of 3"
+    assert rows["ours"].n == 0 and rows["ours"].setting == "none (3 of 9 grid points run)"
     assert rows["ours"].verdict.startswith("no setting keeps utility")

@@ -25,7 +25,7 @@ from typing import Any
 
 from ...deep.methods import CONTROLS, METHOD_LABELS, METHODS
 from ...estimators import ESTIMATOR_NAMES
-from .grid import NO_LAMBDA, UTILITY_POINTS, selected, setting_of
+from .grid import NO_LAMBDA, UTILITY_POINTS, Choice, grid_points, selected, setting_of
 
 ORACLE_FLOOR = 1.5
 IMMUNIZES_ABOVE = 2.0
@@ -45,11 +45,17 @@ class Row:
     rir: dict[str, float]  #: estimator -> mean RIR over seeds
     interval: dict[str, tuple[float, float]]  #: estimator -> hull of the seeds' intervals (exact: min-max)
     accuracy_drop: float  #: the largest D_P head accuracy drop from theta_0 over seeds, in points
-    setting: str  #: "eta, lambda multiple" of the records read ("selected" when chosen on the validation part)
+    setting: str  #: "eta, lambda multiple" of the records read (where chosen on the validation part: among how many
+    #: of the method's grid points, so that a selection over a grid not yet run whole says so)
     verdict: str = ""
 
 
-def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float], chosen: bool) -> Row:
+def _searched(choice: Choice) -> str:
+    """How many of the method's grid points its selection chose among."""
+    return f"{choice.candidates} of {len(grid_points(choice.method))} grid points run"
+
+
+def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float], choice: Choice | None) -> Row:
     """The row of a method's records; diverged runs count in n but have no estimates (NaN where none finished)."""
     finished = [r for r in records if "diverged" not in r]
     rir, interval, nan = {}, {}, float("nan")
@@ -62,7 +68,8 @@ def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float],
     # limit (e.g. 10 of 500 images, 2 points) is not turned into a loss by the subtraction's rounding
     drop = round(max((100 * (init_acc[r["seed"]] - r["utility"]["dp_test_acc"]) for r in finished), default=nan), 9)
     eta, multiple = setting_of(records[0])
-    setting = (f"{eta:g}" if method in NO_LAMBDA else f"{eta:g}, x{multiple:g}") + (" (selected)" if chosen else "")
+    setting = ((f"{eta:g}" if method in NO_LAMBDA else f"{eta:g}, x{multiple:g}")
+               + (f" (selected, {_searched(choice)})" if choice else ""))
     return Row(method, len(records), rir, interval, drop, setting)
 
 
@@ -75,7 +82,7 @@ def decide(records: list[dict[str, Any]]) -> list[Row]:
     for r in records:
         if r["method"] != "init" and r["seed"] in init_acc:
             by.setdefault(r["method"], []).append(r)
-    rows = {m: _row(m, by[m], init_acc, m in choices) for m in (*CONTROLS, *METHODS) if m in by}
+    rows = {m: _row(m, by[m], init_acc, choices.get(m)) for m in (*CONTROLS, *METHODS) if m in by}
     failed = {m: sum("diverged" in r for r in rs) for m, rs in by.items()}
     oracle, null = rows.get("oracle"), rows.get("task_only")
     out = []
@@ -99,7 +106,7 @@ def decide(records: list[dict[str, Any]]) -> list[Row]:
     for m, choice in choices.items():
         if choice.setting is None:
             out.append(Row(m, 0, dict.fromkeys(ESTIMATOR_NAMES, nan), dict.fromkeys(ESTIMATOR_NAMES, (nan, nan)),
-                           nan, f"none of {choice.candidates}",
+                           nan, f"none ({_searched(choice)})",
                            "no setting keeps utility (or trains without diverging)"))
     return out
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...extremes import eigensolver_option
-from ..identity import identity
+from ..identity import device_options, identity
 from .config import Table3Config, resolved
 from .grid import grid_points, grid_points_of
 
@@ -81,7 +80,7 @@ class Plan:
     def options(self, seed: int, method: str) -> dict[str, Any]:
         """A record's identity options (the real network runs on the CPU in float64 whatever ``--device`` says)."""
         device = "cpu" if self.real else self.device
-        return {"seed": seed, "method": method, "device": device, "dtype": "float64", **eigensolver_option(device)}
+        return {"seed": seed, "method": method, **device_options(device)}
 
     def points(self) -> list[dict[str, float]]:
         """The settings of the call: every grid point the methods run at (``grid``), else the config's own."""
@@ -109,7 +108,5 @@ class Plan:
             from ...data.fetch import cache_dir
 
             return self.work or cache_dir() / "table3-real" / "work"
-        device = self.device
-        tag = identity(resolved(self.cfg), data, {"device": device, "dtype": "float64",
-                                                  **eigensolver_option(device)})["hash"]
+        tag = identity(resolved(self.cfg), data, device_options(self.device))["hash"]
         return (self.work or self.out / "work") / tag

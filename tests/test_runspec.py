@@ -68,7 +68,7 @@ def test_table2_records_keep_their_params(name: str, tmp_path: Path, monkeypatch
     plan = table2.plan_from_args(table2.build_parser().parse_args([*argv, "--out", "out"]))
     jobs = plan.jobs()
     assert (plan.engine, len(jobs)) == (engine, n)
-    assert all(isinstance(job.spec, table2.run.RunSpec) for job in jobs)
+    assert all(isinstance(job.spec, table2.plan.RunSpec) for job in jobs)
     assert _digest(jobs, "out") == digest
 
 
@@ -108,11 +108,11 @@ def test_table1_records_keep_their_params(name: str, tmp_path: Path, monkeypatch
     assert _digest(seen["jobs"], "out1") == digest
 
 
-def _stored_plan(params: dict) -> table2.SweepPlan:
+def _stored_plan(params: dict) -> table2.Plan:
     """The plan a stored Table 2 record was made by (its pairs and seeds: all of the store's)."""
-    return table2.SweepPlan(params["protocol"], table2.METHODS, table2.ALL_PAIRS, (0, 1, 2), params["epochs"],
-                            Path(params["out"]), params["device"], params["data_dir"], params["pool"],
-                            dataset=params["dataset"], overrides=params["overrides"])
+    return table2.Plan(params["protocol"], table2.METHODS, table2.ALL_PAIRS, (0, 1, 2), params["epochs"],
+                       Path(params["out"]), params["device"], params["data_dir"], params["pool"],
+                       dataset=params["dataset"], overrides=params["overrides"])
 
 
 @pytest.mark.parametrize("store", ["table2/full90/paper/runs_paper.jsonl",

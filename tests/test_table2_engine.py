@@ -100,9 +100,9 @@ def test_single_engine_keys_are_the_stored_ones_and_every_batched_key_names_its_
     every method's batched run carries ``engine: batched`` (the issue said the rule left the engine out of Ours',
     R_ill Only's and Opt kappa's identities on the CPU: not so since 27379c6, checked here for all four methods
     and both devices' plans)."""
-    from kappalab.reproduce.table2 import run as run_module
+    from kappalab.reproduce.table2 import plan as plan_module
 
-    monkeypatch.setattr(run_module, "data_identity", lambda dataset, directory, pool: dict(STORED_DATA))
+    monkeypatch.setattr(plan_module, "data_identity", lambda dataset, directory, pool: dict(STORED_DATA))
     parse = table2.build_parser().parse_args
     paper = table2.plan_from_args(parse(["--data", "mnist", "--protocol", "paper", "--methods", "ours", "--pairs",
                                          "0-1", "--seeds", "0", "--set", "extra.spectral_route=closed_form"]))
@@ -122,9 +122,9 @@ def test_a_run_on_the_tensor_eigensolver_names_it_in_its_identity(monkeypatch) -
     """Where ``method="auto"`` runs the tensor-op eigensolver (CUDA, or anywhere under ``forced_method``), the run's
     identity says so; where it runs LAPACK (the CPU) the key is the stored one."""
     from kappalab.extremes import forced_method
-    from kappalab.reproduce.table2 import run as run_module
+    from kappalab.reproduce.table2 import plan as plan_module
 
-    monkeypatch.setattr(run_module, "data_identity", lambda dataset, directory, pool: dict(STORED_DATA))
+    monkeypatch.setattr(plan_module, "data_identity", lambda dataset, directory, pool: dict(STORED_DATA))
     parse = table2.build_parser().parse_args
     args = ["--data", "mnist", "--protocol", "paper", "--methods", "ours", "--pairs", "0-1", "--seeds", "0", "--set",
             "extra.spectral_route=closed_form"]

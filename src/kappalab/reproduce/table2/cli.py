@@ -1,4 +1,6 @@
-"""``kappalab reproduce table2``: the command line (arguments, the plan, the store checks, the sweep, the report)."""
+"""``kappalab reproduce table2``: the command line (the parser and its checks); it builds the typed :class:`.plan.Plan`
+and hands it to the sweep (:mod:`.sweep`), the merge (:mod:`.merge`) or the job array (:mod:`.launcher`), then to
+the report (:mod:`.report`; :mod:`.selection` for ``--trajectory``)."""
 
 from __future__ import annotations
 
@@ -6,23 +8,25 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kappalab.cli_options import (RESULTS, Parser, UsageError, add_config_options, check_device, check_out, command,
                                   data_errors, positive_int)
 from kappalab.configs import PROTOCOLS
-from kappalab.results import RunStore
 
 from . import launcher
 from .constants import ALL_PAIRS, ENGINES, METHODS, PROBE_PAIRS, QUICK_EPOCHS, QUICK_PAIRS
-from .data import DATASETS, data_label, load_dataset
+from .data import DATASETS, data_label, load_dataset, table2_config
 from .engine import DEFAULT_BATCH_SIZE, choose_engine
 from .merge import merge_stores
-from .report import label_of, record_route, reproducibility, write_report
-from .run import SweepPlan, batched_runs, parse_ints, parse_pairs, run_one
-from .spectra import SPECTRA_METHOD
+from .plan import Plan, parse_ints, parse_pairs
+from .report import reproducibility, write_report
+from .sweep import SweepOptions, check_store, select_records, shard, sweep, sweep_trajectories
+
+if TYPE_CHECKING:
+    from .selection import TrajectoryPlan
 
 PROG = "kappalab reproduce table2"
 
@@ -109,12 +113,10 @@ def parse_etas(text: str) -> tuple[float, ...]:
     return values
 
 
-def trajectory_main(args: argparse.Namespace, plan: SweepPlan) -> int:
-    """``--trajectory``: the protocol's runs with trajectories and the selection report (:mod:`.selection`)."""
-    from kappalab.provenance import provenance
-    from kappalab.sweep import run_sweep
-
-    from .selection import TrajectoryPlan, report, trajectory_run
+def trajectory_plan(args: argparse.Namespace, plan: Plan) -> TrajectoryPlan:
+    """``--trajectory``'s runs (:class:`.selection.TrajectoryPlan`): the plan's methods, pairs and seeds on full
+    MNIST's 784 pixels at each learning rate of ``--etas``, recorded every ``--every`` epochs."""
+    from .selection import TrajectoryPlan
 
     if plan.dataset != "mnist":
         raise UsageError("--trajectory: needs --data mnist (the validation part and MNIST's test split)")
@@ -122,28 +124,28 @@ def trajectory_main(args: argparse.Namespace, plan: SweepPlan) -> int:
         raise UsageError("--trajectory: --pool must be 1 (the paper's 784 pixels)")
     if plan.epochs % args.every:
         raise UsageError(f"--every: {args.every} does not divide --epochs {plan.epochs}")
-    default_eta = plan.config("ours").eta
-    etas = parse_etas(args.etas) if args.etas else (default_eta,)
-    tplan = TrajectoryPlan(plan.protocol, plan.methods, plan.pairs, plan.seeds, etas, plan.epochs, args.every, plan.out,
-                           plan.dataset, plan.data_dir, plan.device, plan.overrides)
-    if not args.report_only:
-        check_out(plan.out)
-        summary = run_sweep(tplan.jobs(), trajectory_run, tplan.store_path, workers=args.workers,
-                            progress=not args.no_progress, desc=f"table2/{plan.protocol}+trajectory",
-                            extra_record=lambda job: {"identity": job.spec.identity, "provenance": provenance(
-                                job.spec.seed, job.record(), device=plan.device, data_label=plan.dataset)})
-        if summary.run_times_s:
-            print(f"table2: {summary.completed} runs in {summary.wall_time_s:.1f} s "
-                  f"({float(np.mean(summary.run_times_s)):.1f} s/run); {summary.skipped} were already done")
+    etas = parse_etas(args.etas) if args.etas else (plan.config("ours").eta,)
+    return TrajectoryPlan(plan.protocol, plan.methods, plan.pairs, plan.seeds, etas, plan.epochs, args.every,
+                          plan.out, plan.dataset, plan.data_dir, plan.device, plan.overrides)
+
+
+def trajectory_main(tplan: TrajectoryPlan, options: SweepOptions, report_only: bool, default_eta: float) -> int:
+    """``--trajectory``: the runs with trajectories (:func:`.sweep.sweep_trajectories`), then App. C.2's selection
+    report (:func:`.selection.report`; ``default_eta``: the configs' learning rate)."""
+    from .selection import report
+
+    if not report_only:
+        check_out(tplan.out)
+        sweep_trajectories(tplan, options)
     elif not tplan.store_path.is_file():
         raise UsageError(f"--report-only: no store {tplan.store_path}")
-    body = report(plan.out, default_eta, plan.protocol)
-    print(f"table2: selection over {body['n_runs']} stored runs -> {plan.out / f'selection_{plan.protocol}.md'}")
+    body = report(tplan.out, default_eta, tplan.protocol)
+    print(f"table2: selection over {body['n_runs']} stored runs -> {tplan.out / f'selection_{tplan.protocol}.md'}")
     return 0
 
 
-def plan_from_args(args: argparse.Namespace) -> SweepPlan:
-    """The sweep the arguments ask for; a ValueError names the bad argument."""
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """The plan the arguments ask for; a ValueError names the bad argument."""
     from kappalab.configs import read_overrides
 
     quick = args.quick
@@ -156,18 +158,16 @@ def plan_from_args(args: argparse.Namespace) -> SweepPlan:
     if len(set(methods)) != len(methods):
         raise UsageError(f"--methods: repeated method in {args.methods!r}")
     overrides = read_overrides(args.config, args.overrides)
-    from .data import table2_config
-
     epochs = args.epochs or (QUICK_EPOCHS if quick else table2_config(args.protocol, "ours", overrides).epochs)
     out = args.out or RESULTS / ("table2_quick" if quick else "table2")
     pool = args.pool or (4 if quick else 1)
     dataset = args.data or ("mnist-subset" if quick and args.data_dir is None else "mnist")
-    plan = SweepPlan(args.protocol, methods, pairs, seeds, epochs, Path(out), args.device, args.data_dir, pool,
-                     () if args.no_probe else (pairs[:1] if quick else PROBE_PAIRS), dataset, overrides)
+    plan = Plan(args.protocol, methods, pairs, seeds, epochs, Path(out), args.device, args.data_dir, pool,
+                () if args.no_probe else (pairs[:1] if quick else PROBE_PAIRS), dataset, overrides)
     return dataclasses.replace(plan, engine=choose_engine(args.engine, plan)[0])
 
 
-def spectral_route(plan: SweepPlan) -> str:
+def spectral_route(plan: Plan) -> str:
     """The configured ``extra.spectral_route`` of the plan's configs; all methods must agree (one table, one
     route)."""
     routes = {plan.config(m).extra.spectral_route for m in METHODS}
@@ -176,7 +176,7 @@ def spectral_route(plan: SweepPlan) -> str:
     return routes.pop()
 
 
-def check_routes(plan: SweepPlan) -> None:
+def check_routes(plan: Plan) -> None:
     """Each planned method's ``extra.spectral_route`` is one its protocol implements for it (a ValueError naming
     ``--set`` otherwise), before any run starts."""
     from kappalab.immunization.protocols import route_problem
@@ -187,37 +187,9 @@ def check_routes(plan: SweepPlan) -> None:
             raise ValueError(f"--set: {problem}")
 
 
-def select_records(plan: SweepPlan, keys: set[str]) -> tuple[list[dict[str, Any]], bool]:
-    """The stored records the report covers, and whether the store's records carry no run identity.
-
-    A store with run identities: the records of this plan's keys. A store whose records carry no ``identity``
-    (e.g. the committed ``docs/reproduction/table2/...``): its records of the plan's pool and epochs."""
-    records = RunStore(plan.store_path).records()
-    if records and all("identity" not in r for r in records):
-        return [r for r in records if r["params"].get("pool", 1) == plan.pool
-                and r["params"]["epochs"] == plan.epochs], True
-    return [r for r in records if r["key"] in keys], False
-
-
-def check_store(plan: SweepPlan, route: str) -> None:
-    """Refuse to add runs to a store of another kind: one whose records carry no run identity, one holding another
-    spectral route, or spectra computed another way (no silently mixed table)."""
-    records = RunStore(plan.store_path).records()
-    if any("identity" not in r for r in records):
-        raise UsageError(f"--out: {plan.store_path} holds runs written before run identities (read it with "
-                         "--report-only); use another --out")
-    others = sorted({record_route(r) for r in records} - {route})
-    if others:
-        raise UsageError(f"--out: {plan.store_path} holds runs made with spectral_route {others}, the configs now "
-                         f"say {route!r}: use another --out")
-    stale = sorted({(r.get("result") or {}).get("spectra", "eigvalsh-gram") for r in records} - {SPECTRA_METHOD})
-    if stale:
-        raise UsageError(f"--out: {plan.store_path} holds runs whose spectra were computed by {stale}, this "
-                         f"version stores {SPECTRA_METHOD!r} spectra: use another --out")
-
-
-def check_modes(args: argparse.Namespace, plan: SweepPlan) -> tuple[int, int] | None:
-    """The engine, shard and merge options against each other (no option silently ignored); returns the shard."""
+def sweep_options(args: argparse.Namespace, plan: Plan) -> SweepOptions:
+    """The engine, shard and merge options against each other (no option silently ignored), as the sweep's
+    options."""
     from kappalab.sweep import parse_shard
 
     if plan.engine == "single" and args.batch_size is not None:
@@ -231,20 +203,31 @@ def check_modes(args: argparse.Namespace, plan: SweepPlan) -> tuple[int, int] | 
                                           ("--compare-with", args.compare_with)) if given]
         if clash:
             raise UsageError(f"--merge: cannot be combined with {', '.join(clash)}")
-    return None if args.shard is None else parse_shard(args.shard)
+    return SweepOptions(args.workers, args.batch_size or DEFAULT_BATCH_SIZE, not args.no_progress,
+                        None if args.shard is None else parse_shard(args.shard))
+
+
+def launch_options(args: argparse.Namespace) -> launcher.Launch | None:
+    """``--launcher`` and its options, checked (:func:`.launcher.launch_of`) against each other and against the
+    command's options a job array cannot take."""
+    given = {name: getattr(args, name) for name in launcher.OPTIONS if getattr(args, name) is not None}
+    clash = [name for name, value in (("--shard", args.shard), ("--merge", args.merge),
+                                      ("--report-only", args.report_only or None),
+                                      ("--compare-with", args.compare_with), ("--trajectory", args.trajectory or None))
+             if value is not None]
+    return launcher.launch_of(args.launcher, given, clash)
 
 
 @command(PROG)
 def main(argv: list[str]) -> int:
     from kappalab.provenance import provenance
-    from kappalab.sweep import run_batched_sweep, run_sweep, shard_jobs
 
     args = build_parser().parse_args(argv)
     try:
         plan = plan_from_args(args)
         check_routes(plan)
-        shard = check_modes(args, plan)
-        launcher.check(args)
+        options = sweep_options(args, plan)
+        launch = launch_options(args)
     except ValueError as error:  # parse_pairs / parse_ints / parse_shard name their argument
         raise UsageError(str(error)) from None
     check_device(plan.device)
@@ -258,14 +241,15 @@ def main(argv: list[str]) -> int:
             ignored.append("--engine batched")
         if ignored:
             raise UsageError(f"--trajectory: cannot be combined with {', '.join(ignored)} (single-engine runs)")
-        return trajectory_main(args, plan)
+        return trajectory_main(trajectory_plan(args, plan), options, args.report_only, plan.config("ours").eta)
     if args.etas is not None or args.every != 1:
         raise UsageError("--etas/--every: only with --trajectory")
-    if args.launcher is not None:  # the parts run as a job array; then the merge below
+    merge = args.merge
+    if launch is not None:  # the parts run as a job array; then the merge below
         check_out(plan.out)
         check_store(plan, spectral_route(plan))
         try:
-            args.merge = launcher.launch(args, argv, plan.out, plan.store_path, main)
+            merge = launcher.launch(launch, argv, plan.out, plan.store_path, main)
         except launcher.PartFailed as error:
             print(f"{PROG}: {error}", file=sys.stderr)
             return 1
@@ -280,37 +264,23 @@ def main(argv: list[str]) -> int:
         check_store(plan, spectral_route(plan))
     label = data_label(source, plan.pool)
     every = plan.jobs()
-    jobs = every if shard is None else shard_jobs(every, *shard, label=lambda job: label_of(job.key))
+    jobs = shard(every, options)
     header = {"data_label": label, "protocol": plan.protocol, "epochs": plan.epochs, "pool": plan.pool,
               "data": every[0].spec.identity["data"], "overrides": plan.overrides,
               "engine": plan.engine, "shard": args.shard,
               "provenance": provenance(None, {"plan": plan, "configs": {m: plan.config(m) for m in plan.methods}},
                                        device=plan.device, data_label=label)}
-    if args.merge is not None:
-        records = merge_stores(plan, jobs, args.merge)
-        header["merged_from"] = [str(d) for d in args.merge]
+    if merge is not None:
+        records = merge_stores(plan, jobs, merge)
+        header["merged_from"] = [str(d) for d in merge]
         result = write_report(plan, records, len(jobs), header)
-        print(f"table2: merged {result['n_runs']}/{len(jobs)} runs from {len(args.merge)} store(s) into {plan.out}")
+        print(f"table2: merged {result['n_runs']}/{len(jobs)} runs from {len(merge)} store(s) into {plan.out}")
         return 0
     if not args.report_only:
-        engine_why = choose_engine(args.engine, plan)[1]
-        batch = args.batch_size or DEFAULT_BATCH_SIZE
-        print(f"table2: engine {plan.engine} ({engine_why})" + (f", batches of <= {batch} runs"
-                                                                 if plan.engine == "batched" else "")
-              + ("" if shard is None else f"; shard {args.shard}: {len(jobs)} runs"), flush=True)
-        extra = lambda job: {"identity": job.spec.identity, "provenance": provenance(
-            job.spec.seed, job.record(), device=plan.device, data_label=label)}
-        desc = f"table2/{plan.protocol}"
-        if plan.engine == "batched":
-            summary = run_batched_sweep(jobs, batched_runs(plan.device, batch), plan.store_path,
-                                        progress=not args.no_progress, desc=desc, extra_record=extra)
-        else:
-            summary = run_sweep(jobs, run_one, plan.store_path, workers=args.workers, progress=not args.no_progress,
-                                desc=desc, extra_record=extra)
-        if summary.run_times_s:
-            mean = float(np.mean(summary.run_times_s))
-            print(f"table2: {summary.completed} runs in {summary.wall_time_s:.1f} s ({mean:.1f} s/run, "
-                  f"engine {plan.engine}, {args.workers} worker(s)); {summary.skipped} were already done")
+        print(f"table2: engine {plan.engine} ({choose_engine(args.engine, plan)[1]})"
+              + (f", batches of <= {options.batch_size} runs" if plan.engine == "batched" else "")
+              + ("" if options.shard is None else f"; shard {args.shard}: {len(jobs)} runs"), flush=True)
+        sweep(plan, jobs, options, label)
     records, legacy = select_records(plan, {job.key for job in jobs})
     header["legacy_store"] = legacy
     result = write_report(plan, records, len(jobs), header)

@@ -32,7 +32,7 @@ from kappalab.cli_options import UsageError
 from .constants import ENGINES
 
 if TYPE_CHECKING:
-    from .run import SweepPlan
+    from .plan import Plan
 
 DEFAULT_BATCH_SIZE = 64  #: runs per batch unless --batch-size says otherwise (bounds memory: R x N x D per tensor)
 
@@ -41,7 +41,7 @@ def on_cpu(device: str) -> bool:
     return device == "cpu"
 
 
-def choose_engine(requested: str, plan: "SweepPlan") -> tuple[str, str]:
+def choose_engine(requested: str, plan: Plan) -> tuple[str, str]:
     """``(engine, why)`` for ``--engine requested`` on this plan (see the module docstring for the rule); a
     UsageError when ``batched`` is asked for a config it does not implement."""
     from kappalab.immunization.batched import unsupported

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kappalab.cli_options import UsageError, positive_int
 
@@ -29,6 +31,7 @@ SUBMITIT_PARAMETERS = {"slurm_partition": "slurm_partition", "slurm_time": "time
                        "slurm_account": "slurm_account", "gpus_per_task": "slurm_gpus_per_task",
                        "cpus_per_task": "cpus_per_task", "mem_gb": "mem_gb"}
 SLURM_ONLY = ("slurm_partition", "slurm_account", "gpus_per_task", "mem_gb")
+OPTIONS = ("parts", "launcher_dir", *SUBMITIT_PARAMETERS)  #: the options besides --launcher (argparse's names)
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60  #: a local part's time limit unless --slurm-time says otherwise
 
 
@@ -51,30 +54,41 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--mem-gb", type=positive_int, default=None, metavar="GB")
 
 
-def check(args: argparse.Namespace) -> None:
-    """The launcher's options against each other and the command's (one line, status 2, before anything runs)."""
-    given = [name for name in ("parts", "launcher_dir", *SUBMITIT_PARAMETERS) if getattr(args, name) is not None]
-    if args.launcher is None:
+@dataclass(frozen=True)
+class Launch:
+    """What ``--launcher`` asks for: the executor (``submitit``: SLURM; ``local``), the number of parts, submitit's
+    folder (``--launcher-dir``; None: ``OUT/submitit``) and the submitit options given (option -> value, in
+    :data:`SUBMITIT_PARAMETERS`' order)."""
+
+    launcher: str
+    parts: int
+    folder: Path | None
+    settings: Mapping[str, Any]
+
+
+def launch_of(launcher: str | None, given: Mapping[str, Any], clash: Sequence[str]) -> Launch | None:
+    """``--launcher`` with its options ``given`` (those of :data:`OPTIONS` set: name -> value, in that order),
+    checked against each other and against ``clash`` (the command's options given that a job array cannot take);
+    one line, status 2, before anything runs. None without ``--launcher``."""
+    if launcher is None:
         if given:
-            raise UsageError(f"--{given[0].replace('_', '-')}: only with --launcher {'|'.join(LAUNCHERS)}")
-        return
-    if args.parts is None:
-        raise UsageError(f"--launcher {args.launcher}: needs --parts N (the number of shards)")
-    clash = [name for name, value in (("--shard", args.shard), ("--merge", args.merge),
-                                      ("--report-only", args.report_only or None),
-                                      ("--compare-with", args.compare_with), ("--trajectory", args.trajectory or None))
-             if value is not None]
+            raise UsageError(f"--{next(iter(given)).replace('_', '-')}: only with --launcher {'|'.join(LAUNCHERS)}")
+        return None
+    if "parts" not in given:
+        raise UsageError(f"--launcher {launcher}: needs --parts N (the number of shards)")
     if clash:
         raise UsageError(f"--launcher: cannot be combined with {', '.join(clash)}")
-    if args.launcher == "local":
-        slurm = [name for name in SLURM_ONLY if getattr(args, name) is not None]
+    if launcher == "local":
+        slurm = [name for name in SLURM_ONLY if name in given]
         if slurm:
             raise UsageError(f"--{slurm[0].replace('_', '-')}: only with --launcher submitit (SLURM)")
     try:
         import submitit  # noqa: F401
     except ImportError:
-        raise UsageError(f"--launcher {args.launcher}: submitit is not installed (pip install 'kappalab[cluster]')"
+        raise UsageError(f"--launcher {launcher}: submitit is not installed (pip install 'kappalab[cluster]')"
                          ) from None
+    return Launch(launcher, given["parts"], given.get("launcher_dir"),
+                  {name: value for name, value in given.items() if name in SUBMITIT_PARAMETERS})
 
 
 def part_argv(argv: list[str], k: int, n: int, out: Path) -> list[str]:
@@ -97,8 +111,7 @@ def run_part(entry: Callable[[list[str]], int], argv: list[str]) -> int:
     return status
 
 
-def launch(args: argparse.Namespace, argv: list[str], out: Path, store: Path,
-           entry: Callable[[list[str]], int]) -> list[Path]:
+def launch(options: Launch, argv: list[str], out: Path, store: Path, entry: Callable[[list[str]], int]) -> list[Path]:
     """Submit the parts as one job array (each runs ``entry(part_argv)``) and wait for them; returns their folders
     (to merge into ``out``). A part that fails: one line naming it and its log, status 1 (:class:`PartFailed`)."""
     import submitit
@@ -106,23 +119,22 @@ def launch(args: argparse.Namespace, argv: list[str], out: Path, store: Path,
     if store.is_file() and store.stat().st_size > 0:
         raise UsageError(f"--out: {store} already holds runs; launch into a new folder (the parts are kept under "
                          f"{out / 'shards'} and resume)")
-    n = args.parts
+    n = options.parts
     folders = [out / "shards" / str(k) for k in range(1, n + 1)]
-    parameters: dict[str, Any] = {SUBMITIT_PARAMETERS[name]: getattr(args, name) for name in SUBMITIT_PARAMETERS
-                                  if getattr(args, name) is not None}
-    if args.launcher == "local":  # submitit's local default (5 minutes) would stop a part mid-sweep
+    parameters = {SUBMITIT_PARAMETERS[name]: value for name, value in options.settings.items()}
+    if options.launcher == "local":  # submitit's local default (5 minutes) would stop a part mid-sweep
         parameters.setdefault("timeout_min", LOCAL_TIMEOUT_MIN)
     try:
-        executor = submitit.AutoExecutor(folder=args.launcher_dir or out / "submitit",
-                                         cluster="slurm" if args.launcher == "submitit" else "local")
+        executor = submitit.AutoExecutor(folder=options.folder or out / "submitit",
+                                         cluster="slurm" if options.launcher == "submitit" else "local")
         executor.update_parameters(name="kappalab-table2", **parameters)
         jobs = executor.map_array(functools.partial(run_part, entry),
                                   [part_argv(argv, k, n, folder) for k, folder in enumerate(folders, 1)])
     except Exception as error:  # no SLURM on this machine, or SLURM refused the parameters
         first = (str(error).strip().splitlines() or [""])[0]
-        raise UsageError(f"--launcher {args.launcher}: submitit could not submit the job array "
+        raise UsageError(f"--launcher {options.launcher}: submitit could not submit the job array "
                          f"({type(error).__name__}: {first})") from None
-    print(f"table2: {n} parts submitted as one {args.launcher} job array ({jobs[0].job_id.split('_')[0]}); "
+    print(f"table2: {n} parts submitted as one {options.launcher} job array ({jobs[0].job_id.split('_')[0]}); "
           f"waiting", flush=True)
     for k, job in enumerate(jobs, 1):
         try:

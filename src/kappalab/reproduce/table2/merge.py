@@ -34,11 +34,11 @@ from kappalab.reproduce.identity import identity, run_key
 from kappalab.results import RunStore, to_jsonable, write_report as write_files
 from kappalab.sweep import Job
 
-from .run import run_label
+from .plan import run_label
 from .spectra import SPECTRA_METHOD
 
 if TYPE_CHECKING:
-    from .run import SweepPlan
+    from .plan import Plan
 
 REL_TOL = 1e-10  #: duplicates (one run in two stores) agree to this: the same identity on another device may round otherwise
 VOLATILE = ("train_s", "total_s", "engine", "engine_notes")  #: result fields that differ between equal runs
@@ -125,7 +125,7 @@ def _line(record: dict[str, Any]) -> str:
     return json.dumps(to_jsonable(record), sort_keys=True)
 
 
-def merge_stores(plan: "SweepPlan", jobs: list[Job], sources: list[Path]) -> list[dict[str, Any]]:
+def merge_stores(plan: Plan, jobs: list[Job], sources: list[Path]) -> list[dict[str, Any]]:
     """Check every record of the sources' stores (module docstring), then write the merged store, its spectra and
     ``merge_<protocol>.{json,md}`` under ``plan.out``; returns the merged records in the plan's order."""
     keys = {job.key for job in jobs}

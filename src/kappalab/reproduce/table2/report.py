@@ -18,7 +18,7 @@ from .spectra import rir_from_spectra, rtol_sensitivity
 from .tally import success_counts
 
 if TYPE_CHECKING:
-    from .run import SweepPlan
+    from .plan import Plan
 
 _HASH = re.compile(r"\.[0-9a-f]{12}$")
 
@@ -108,7 +108,7 @@ def probe_table(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 
-def write_report(plan: "SweepPlan", records: list[dict[str, Any]], n_expected: int, header: dict[str, Any]
+def write_report(plan: Plan, records: list[dict[str, Any]], n_expected: int, header: dict[str, Any]
                  ) -> dict[str, Any]:
     """Rebuild Table 2 (markdown, CSV, JSON) and Figure 2 from the given stored records alone (spectra read from
     ``plan.out``); returns the JSON summary."""
@@ -133,7 +133,7 @@ def record_route(record: dict[str, Any]) -> str:
     return (record.get("result") or {}).get("spectral_route", "dense")
 
 
-def markdown(summary: dict[str, Any], plan: "SweepPlan") -> str:
+def markdown(summary: dict[str, Any], plan: Plan) -> str:
     """The markdown tables of one protocol's report."""
     h = summary["header"]
     lines = [f"### Table 2, protocol `{plan.protocol}` - {h['data_label']}", "",
@@ -190,7 +190,7 @@ def markdown(summary: dict[str, Any], plan: "SweepPlan") -> str:
 
 
 
-def reproducibility(plan: "SweepPlan", other: "SweepPlan") -> dict[str, Any]:
+def reproducibility(plan: Plan, other: Plan) -> dict[str, Any]:
     """Run-by-run comparison of two stores of the same sweep (keys in both; e.g. two mathematically equal spectral
     routes, whose runs differ only by rounding): per method the median and maximum relative difference
     ``|a - b| / |b|`` of (i), (ii) and RIR, each recomputed from the stored spectra; written next to the report as

@@ -50,7 +50,7 @@ from kappalab.sweep import Job, limit_threads
 from .constants import METHOD_LABELS, METHODS, PAPER_TABLE2, SUCCESS_THRESHOLD
 from .data import load_dataset, table2_config
 from .figure import figure2
-from .run import PairRun
+from .plan import PairRun
 from .spectra import rir_from_spectra, rtol_sensitivity, run_spectra
 from .trajectory import PARTS, PairTrajectory, reduce_parts
 

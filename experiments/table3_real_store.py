@@ -27,7 +27,7 @@ from kappalab.estimators import scale_test
 from kappalab.reproduce.table3.config import load_table3_config
 from kappalab.reproduce.table3.real import build_task, part_features, load_real_data
 from kappalab.reproduce.table3.measures import write_feature_store
-from kappalab.reproduce.table3.report import real_table
+from kappalab.reproduce.table3.report import estimator_table
 
 STORE = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table3" / "real"
 
@@ -56,7 +56,7 @@ def build(args: argparse.Namespace) -> None:
             else ""
         title = (f"{first['task']}: D_P {config['pretrain_data']} vs D_H {config['harmful']}, protocol "
                  f"{first['protocol']}{frozen}")
-        tables.append(real_table(recs, title))
+        tables.append(estimator_table(recs, title))
     (STORE / "tables.md").write_text("\n".join(tables))
     path = write_feature_store(records, Path(args.work), STORE, args.theta_i)
     print(f"{STORE / 'tables.md'}; {path} ({path.stat().st_size / 1e6:.1f} MB)")

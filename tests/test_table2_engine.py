@@ -76,7 +76,7 @@ def test_the_auto_rule_and_the_identity_rule() -> None:
     """auto: batched only for the official protocol on CUDA with fewer batch rows than features; the engine enters
     every batched run's identity."""
     from kappalab.reproduce.table2.engine import choose_engine
-    from kappalab.reproduce.table2.run import identity_options
+    from kappalab.reproduce.table2.plan import identity_options
 
     parse = table2.build_parser().parse_args
     plan = lambda *args: table2.plan_from_args(parse(["--data", "mnist-subset", *args]))

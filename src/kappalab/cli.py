@@ -51,7 +51,7 @@ the paths of the full reports. Takes no arguments.
 """
 
 #: reproduce NAME -> the module whose ``main(argv)`` runs it (table3's command line parses without torch)
-REPRODUCIBLE = {"table1": "kappalab.reproduce.table1.cli", "table2": "kappalab.reproduce.table2",
+REPRODUCIBLE = {"table1": "kappalab.reproduce.table1.cli", "table2": "kappalab.reproduce.table2.cli",
                 "table3": "kappalab.reproduce.table3.cli"}
 HELP = ("-h", "--help")
 

@@ -183,15 +183,6 @@ def auto_method(device: str) -> str:
     return "tensor" if device.split(":")[0] == "cuda" else "lapack"
 
 
-def eigensolver_option(device: str) -> dict[str, str]:
-    """The eigensolver's part of a run's identity options: none where ``"auto"`` runs LAPACK (the reference: runs
-    recorded without an eigensolver option keep their keys), ``{"eigensolver": "tensor"}`` where it runs the tensor
-    path (CUDA, or anywhere under :func:`forced_method`): the two agree to ~1e-14 per eigenpair, not to the bit,
-    so their runs are different runs."""
-    method = auto_method(device)
-    return {} if method == "lapack" else {"eigensolver": method}
-
-
 def batched_eigh(S: Array, *, method: Method = "auto", vectors: bool = True,
                  sweeps: int | None = None, xp: ModuleType | None = None) -> tuple[Array, Array | None, Array]:
     """``(values, V, converged)``: each matrix's eigenvalues ascending, its eigenvectors as the columns of ``V``

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kappalab.extremes import eigensolver_option
+from kappalab.extremes import auto_method
 from kappalab.results import to_jsonable
 
 HASH_DIGITS = 12
@@ -89,9 +89,8 @@ TABLE3_CONFIG_REFERENCES: dict[str, Any] = {
     "per_class": None, "split_seed_real": None, "head_l2": None, "probe_target_loss": None, "probe_max_iter": None,
     "norm_statistics": "batch", "lambda_multiple": 1.0, "lambda_oracle": None, "spectral_route": "dense",
     "features_precision": "float64", "theta0_statistics": "imagenet"}
-# Two rules are computed in the core, which imports nothing from kappalab.reproduce:
-# * the eigensolver: LAPACK adds nothing (runs recorded before the tensor eigensolver existed); what "auto" runs on a
-#   device is the core's rule (kappalab.extremes.eigensolver_option), applied here by device_options;
+# The eigensolver: LAPACK adds nothing (runs recorded before the tensor eigensolver existed): eigensolver_option.
+# One rule is computed in the core, which imports nothing from kappalab.reproduce:
 # * the linear configs' extras declared identity_when_set (bias, precondition_side, walk_step) at their defaults
 #   (runs recorded before those extras existed): kappalab.immunization.config.IDENTITY_WHEN_SET, applied by
 #   MethodConfig.resolved.
@@ -100,6 +99,15 @@ TABLE3_CONFIG_REFERENCES: dict[str, Any] = {
 def without_references(values: Mapping[str, Any], references: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` less every entry equal to its reference value in ``references``."""
     return {k: v for k, v in values.items() if not (k in references and v == references[k])}
+
+
+def eigensolver_option(device: str) -> dict[str, str]:
+    """The eigensolver's part of a run's identity options: none where ``"auto"`` runs LAPACK on ``device`` (the
+    reference), ``{"eigensolver": "tensor"}`` where it runs the tensor path (CUDA, or anywhere under
+    :func:`kappalab.extremes.forced_method`): the two agree to ~1e-14 per eigenpair, not to the bit, so their runs
+    are different runs."""
+    method = auto_method(device)
+    return {} if method == "lapack" else {"eigensolver": method}
 
 
 def device_options(device: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ CPU it picks ``single``: torch's CPU batched matmul is not faster than one produ
 ``benchmarks/sweep_table2.py --check-single`` and ``scripts/gpu_check.sh``: docs/benchmarks.md, "The batched
 engine"). The command prints which engine ran and why.
 
-Identity (:func:`.run.identity_options`): the single engine adds nothing to a run's identity (it is the reference:
+Identity (:func:`.plan.identity_options`): the single engine adds nothing to a run's identity (it is the reference:
 its keys are those of earlier stores; no engine field means single); the batched engine adds ``engine: batched`` to
 every run's, every method and device. The two engines compute the same formulas but do not round alike everywhere
 (docs/engines.md), so a store never takes one engine's run for the other's: a sweep started with one

@@ -10,13 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kappalab.extremes import eigensolver_option
-from kappalab.reproduce.identity import identity, run_key
+from kappalab.reproduce.identity import device_options, engine_option, identity, run_key
 from kappalab.sweep import Job
 
-from .constants import ALL_PAIRS, PROBE_PAIRS, PROBE_SEED
+from .constants import ALL_PAIRS, ENGINES, PROBE_PAIRS, PROBE_SEED
 from .data import data_identity, table2_config
-from .run import identity_options
 
 if TYPE_CHECKING:
     from kappalab.immunization import MethodConfig
@@ -89,7 +87,7 @@ class Plan:
     probe_pairs: tuple[tuple[int, int], ...] = PROBE_PAIRS
     dataset: str = "mnist-subset"
     overrides: dict[str, Any] = field(default_factory=dict)
-    engine: str = "single"  #: "single" or "batched" (:func:`.run.identity_options`: its part of the identity)
+    engine: str = "single"  #: "single" or "batched" (:func:`identity_options`: its part of the identity)
 
     @property
     def store_path(self) -> Path:
@@ -107,10 +105,8 @@ class Plan:
             for a, b in self.pairs:
                 for seed in self.seeds:
                     probe = (a, b) in self.probe_pairs and seed == PROBE_SEED
-                    ident = identity(resolved, data, {"a": a, "b": b, "seed": seed, "pool": self.pool,
-                                                      "device": self.device, "dtype": "float64", "probe": probe,
-                                                      **identity_options(self.engine),
-                                                      **eigensolver_option(self.device)})
+                    ident = identity(resolved, data, {"a": a, "b": b, "seed": seed, "pool": self.pool, "probe": probe,
+                                                      **identity_options(self.engine), **device_options(self.device)})
                     key = run_key(run_label(self.protocol, method, a, b, seed, self.epochs, self.pool), ident)
                     jobs.append(Job(key, RunSpec(key, ident, self.protocol, method, a, b, seed, self.epochs,
                                                  self.pool, self.out, self.device, self.dataset, self.data_dir,
@@ -155,3 +151,11 @@ def parse_ints(text: str, name: str) -> tuple[int, ...]:
     if len(set(values)) != len(values):
         raise ValueError(f"{name}: repeated value in {text!r}")
     return values
+
+
+def identity_options(engine: str) -> dict[str, str]:
+    """The engine's part of a run's identity options (:func:`kappalab.reproduce.identity.engine_option`: none for
+    the single engine, ``{"engine": "batched"}`` for the batched one; :mod:`.engine`'s docstring)."""
+    if engine not in ENGINES[1:]:
+        raise ValueError(f"engine must be 'single' or 'batched', got {engine!r}")
+    return engine_option(engine)

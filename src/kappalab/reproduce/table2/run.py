@@ -1,6 +1,6 @@
 """One Table 2 :class:`~.plan.RunSpec` -> one record's ``result`` (prepare, immunize, finish), in each engine's
 worker (:func:`run_one`: the single engine's, :func:`batched_runs`: the batched engine's, which shares prepare and
-finish), and the engine's part of a run's identity (:func:`identity_options`)."""
+finish)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import numpy as np
 from kappalab.atomic_io import save_npz
 from kappalab.sweep import limit_threads
 
-from .constants import ENGINES
 from .data import mnist_task
 from .probe import probe_measures
 from .spectra import SPECTRA_METHOD, data_spectra, rir_from_spectra, rtol_sensitivity, run_spectra
@@ -96,13 +95,3 @@ def batched_runs(device: str, batch_size: int):
         return run_batch(specs, device, batch_size, task_of=prepare, config_of=operator.attrgetter("config"),
                          finish=lambda spec, task, run, train_s: finish(spec, task, run, train_s, "batched"))
     return runner
-
-
-def identity_options(engine: str) -> dict[str, str]:
-    """The engine's part of a run's identity options (:func:`kappalab.reproduce.identity.engine_option`: none for
-    the single engine, ``{"engine": "batched"}`` for the batched one; :mod:`.engine`'s docstring)."""
-    from kappalab.reproduce.identity import engine_option
-
-    if engine not in ENGINES[1:]:
-        raise ValueError(f"engine must be 'single' or 'batched', got {engine!r}")
-    return engine_option(engine)

@@ -41,9 +41,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from kappalab.atomic_io import save_npz
-from kappalab.extremes import eigensolver_option
 from kappalab.immunization.selection import REPORTED, Rule, select
-from kappalab.reproduce.identity import identity, run_key
+from kappalab.reproduce.identity import device_options, identity, run_key
 from kappalab.results import MEAN_STD_CONVENTION, RunStore, format_mean_std, mean_std, to_jsonable, write_report
 from kappalab.sweep import Job, limit_threads
 
@@ -208,8 +207,7 @@ class TrajectoryPlan:
                         cfg = table2_config(self.protocol, method, self.overrides).replace(epochs=self.epochs,
                                                                                            eta=eta)
                         ident = identity(cfg.resolved(), data, {"a": a, "b": b, "seed": seed, "every": self.every,
-                                                                "parts": "pair_splits", "device": self.device,
-                                                                "dtype": "float64", **eigensolver_option(self.device)})
+                                                                "parts": "pair_splits", **device_options(self.device)})
                         key = run_key(traj_label(self.protocol, method, a, b, seed, eta, self.epochs), ident)
                         jobs.append(Job(key, TrajectorySpec(key, ident, self.protocol, method, a, b, seed, eta,
                                                             self.epochs, self.every, self.out, self.dataset,

@@ -1,5 +1,9 @@
-"""What a real-network Table 3 record keeps besides the estimates, so that an outside script can recompute them and
-see whether anything moved.
+"""What every Table 3 method record keeps besides utility, so that an outside script can recompute its estimates and
+see whether anything moved (the one record schema of the proxy, the paper's networks and the real network).
+
+* :func:`held_out_measures`: the three estimators on theta_0's and theta_I's held-out features, the rank rule, the
+  singular values of the four matrices and the group spectra; :func:`train_measured`: the training with its
+  checkpoints, or the divergence that stopped it.
 
 * :func:`features_rtol`: the rank rule at the precision of the data the features were computed from. The trunk's
   activations are float32 (relative rounding ``u = eps(float32) / 2``); the float64 tail cannot make its features more
@@ -26,6 +30,8 @@ import numpy as np
 from torch import nn
 
 from ...atomic_io import save_npz
+from ...deep import immunize
+from ...deep.train import DIVERGED
 from ...estimators import estimate_all, random_groups
 
 #: the dtype of the cached trunk activations the real network's tail reads (kappalab.deep.trunk)
@@ -99,6 +105,36 @@ def checkpoint_epochs(epochs: int, count: int = 4) -> tuple[int, ...]:
     return tuple(sorted({max(1, round(epochs * (i + 1) / count)) for i in range(count)}))
 
 
+def singular_values(F: np.ndarray) -> list[float]:
+    """Singular values of a feature matrix, descending (the exact estimator's input, stored per run)."""
+    return np.linalg.svd(F, compute_uv=False).tolist()
+
+
+def held_out_measures(F0: dict[str, np.ndarray], FI: dict[str, np.ndarray], *, seed: int, groups: int,
+                      group_size: int, rtol: float | None) -> dict[str, Any]:
+    """A method record's estimates from theta_0's and theta_I's held-out features (``{"P", "H"}`` each): the three
+    estimators (:func:`kappalab.estimators.estimate_all`, ``groups`` of ``group_size`` rows, the rank rule ``rtol``),
+    the rule itself, the singular values of the four matrices and the group spectra (:func:`group_spectra`)."""
+    est = estimate_all(F0["P"], F0["H"], FI["P"], FI["H"], seed=seed, groups=groups, group_size=group_size, rtol=rtol)
+    return {"estimates": {k: e.as_dict() for k, e in est.items()}, "rank_rtol": rtol,
+            "singular_values": {f"{t}_{w}": singular_values(F[t]) for w, F in (("0", F0), ("I", FI))
+                                for t in ("P", "H")},
+            "group_spectra": group_spectra(F0, FI, groups=groups, group_size=group_size, seed=seed)}
+
+
+def train_measured(model: nn.Module, method: str, loader: Any, obj: Any, train: Any, checkpoints: Checkpoints,
+                   **options: Any) -> dict[str, Any]:
+    """Train ``model`` by :func:`kappalab.deep.immunize` with ``checkpoints`` at its epoch ends: ``{"history",
+    "n_steps", "checkpoints"}``; a training that diverges (:data:`kappalab.deep.train.DIVERGED`) gives ``{"diverged":
+    what was raised and when, "checkpoints": those so far}``, and the planned steps were not all taken."""
+    try:
+        history = immunize(model, method, loader, obj, train, on_epoch_end=checkpoints, **options)
+    except DIVERGED as error:  # the message says when (e.g. the epoch)
+        return {"diverged": f"{type(error).__name__}: {str(error).splitlines()[0][:300]}",
+                "checkpoints": checkpoints.entries}
+    return {"history": history, "n_steps": train.epochs * len(loader), "checkpoints": checkpoints.entries}
+
+
 def triangular_factor(F: np.ndarray) -> np.ndarray:
     """The ``D x D`` factor R of ``F = Q R`` (float64 Householder QR): ``R^T R = F^T F``, so R has F's singular
     values and recomputes the exact estimator, in half the bytes of a 2560 x 1280 ``F``. Float64, not float32: theta_0's
@@ -107,8 +143,8 @@ def triangular_factor(F: np.ndarray) -> np.ndarray:
 
 
 def write_feature_store(records: list[dict[str, Any]], work: Path, out: Path, theta_i_runs: list[str]) -> Path:
-    """``out/features.npz`` (compressed): the float64 triangular factor (:func:`triangular_factor`) of theta_0's held-out
-    features of each dataset (``theta0/<name>``) and of theta_I's of the runs named in ``theta_i_runs``
+    """``out/features.npz`` (compressed): the float64 triangular factor (:func:`triangular_factor`) of theta_0's
+    held-out features of each dataset (``theta0/<name>``) and of theta_I's of the runs named in ``theta_i_runs``
     (``<key>/P_I``, ``<key>/H_I``), from the work folder's per-run ``features.npz``. Every record keeps the singular
     values of its four matrices in float64; these factors let a reader recompute them (within the QR's rounding)
     and the exact estimator."""

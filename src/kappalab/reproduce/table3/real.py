@@ -41,13 +41,13 @@ import torch
 from torch import nn
 
 from ...atomic_io import save_npz
-from ...deep import CombinedLoader, ImmunizableModel, accuracy, extract_features, immunize, linear_probe_curve
+from ...deep import CombinedLoader, ImmunizableModel, accuracy, extract_features, linear_probe_curve
 from ...deep.metrics import probe_iterations_to_loss
 from ...deep.task import Task
-from ...deep.train import DIVERGED
 from .config import Table3Config
 from .constants import VALIDATION
-from .measures import Checkpoints, checkpoint_epochs, displacement, features_rtol, group_spectra
+from .measures import (Checkpoints, checkpoint_epochs, displacement, features_rtol, held_out_measures,
+                       train_measured)
 from .plan import Plan, RunSpec
 from .real_data import Parts, draw_parts
 from .run import calibrate, objective_config, train_config
@@ -213,11 +213,6 @@ def checkpoint_measures(model: ImmunizableModel, data: RealData, F0_validation: 
     return out
 
 
-def singular_values(F: np.ndarray) -> list[float]:
-    """Singular values of a feature matrix, descending (the exact estimator's input, stored per run)."""
-    return np.linalg.svd(F, compute_uv=False).tolist()
-
-
 @dataclass
 class Theta0:
     """What a call measures of theta_0 once (it is the same for every seed and setting): its utility, its held-out
@@ -232,8 +227,6 @@ def method_record(bench: RealBench, cfg: Table3Config, method: str, seed: int, k
                   base: ImmunizableModel) -> dict[str, Any]:
     """A method run's measured fields (the module docstring); a run whose training diverges (:data:`DIVERGED`)
     is recorded with ``diverged`` (what was raised, and when) and its checkpoints so far, nothing measured after."""
-    from ...estimators import estimate_all
-
     data, rtol, theta0 = bench.data, bench.rtol, bench.theta0
     lambdas = run_lambdas(cfg, balanced)
     run_cfg = dataclasses.replace(cfg, **lambdas)
@@ -244,16 +237,11 @@ def method_record(bench: RealBench, cfg: Table3Config, method: str, seed: int, k
     checkpoints = Checkpoints(checkpoint_epochs(train.epochs), len(loader), lambda: part_features(model, data),
                               theta0.features, seed, cfg.rir_groups, cfg.rir_group_size, rtol,
                               lambda: checkpoint_measures(model, data, theta0.validation, cfg, seed, rtol))
-    out: dict[str, Any] = {"lambdas": lambdas}
-    try:
-        out["history"] = immunize(model, method, loader, objective_config(run_cfg, CLASSES), train, progress=False,
-                                  on_epoch_end=checkpoints)
-    except DIVERGED as error:  # the message says when (e.g. the epoch); the planned steps were not all taken
-        out["diverged"] = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
-        out["checkpoints"] = checkpoints.entries
+    obj = objective_config(run_cfg, CLASSES)
+    out: dict[str, Any] = {"lambdas": lambdas,
+                           **train_measured(model, method, loader, obj, train, checkpoints, progress=False)}
+    if "diverged" in out:
         return out
-    out["n_steps"] = train.epochs * len(loader)
-    out["checkpoints"] = checkpoints.entries
     out["displacement"] = displacement(model, base)
     out["utility"] = utility(model, data, bench.imagenet_head, cfg)
     out["utility"]["imagenet_agreement"] = float(np.mean(
@@ -261,12 +249,7 @@ def method_record(bench: RealBench, cfg: Table3Config, method: str, seed: int, k
     if bench.validating:
         out["validation"] = validation_measures(model, data, theta0.validation, cfg, seed, rtol)
     F0, FI = theta0.features, part_features(model, data)
-    out["estimates"] = {k: e.as_dict() for k, e in estimate_all(F0["P"], F0["H"], FI["P"], FI["H"], seed=seed,
-                                                               rtol=rtol).items()}
-    out["rank_rtol"] = rtol
-    out["singular_values"] = {f"{t}_{w}": singular_values(F[t]) for w, F in (("0", F0), ("I", FI))
-                              for t in ("P", "H")}
-    out["group_spectra"] = group_spectra(F0, FI, groups=cfg.rir_groups, group_size=cfg.rir_group_size, seed=seed)
+    out.update(held_out_measures(F0, FI, seed=seed, groups=cfg.rir_groups, group_size=cfg.rir_group_size, rtol=rtol))
     folder = bench.work / key.replace("/", "_")
     folder.mkdir(parents=True, exist_ok=True)
     save_npz(folder / "features.npz", P_0=F0["P"], H_0=F0["H"], P_I=FI["P"], H_I=FI["H"])

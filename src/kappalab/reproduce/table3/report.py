@@ -1,8 +1,10 @@
 """``kappalab reproduce table3``: the report of a call, from the run records alone (:func:`report`).
 
-The proxy's and the paper's networks: ``table<suffix>.md`` and Figure 3 (:func:`aggregate`). The real network:
-``table_<name>_<protocol>.md``, the decision table (:mod:`.decision`), the estimators' table (:func:`real_table`)
-and the estimators along training (:func:`checkpoint_table`)."""
+Every mode's records (one schema: :mod:`.run`, :mod:`.real`) give the decision table (:mod:`.decision`), the
+estimators' table (:func:`estimator_table`) and the estimators along training (:func:`checkpoint_table`): the real
+network's in ``table_<name>_<protocol>.md``; the proxy's and the paper's networks' in ``table<suffix>.md``, with
+Figure 3 (:func:`figure3`). A store recorded before that schema (its records hold ``rir``) is read by
+:func:`aggregate`, the table it was published with."""
 
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ def _ms(values: list[float], fmt: str = "{:.3f}") -> str:
 
 
 def aggregate(records: list[dict[str, Any]], out: Path, title: str, suffix: str = "") -> str:
-    """``table<suffix>.md`` and ``figure3<suffix>.png``/``.pdf`` from the records alone; returns the table's
+    """Records made before the one record schema: ``table<suffix>.md`` and ``figure3<suffix>.png``/``.pdf`` from the
+    records alone; returns the table's
     markdown (``suffix``: ``""`` for the paper protocol, ``"_official"`` for the other, so that both protocols'
     tables live side by side in one output folder)."""
     by: dict[str, list[dict[str, Any]]] = {}
@@ -73,9 +76,9 @@ def aggregate(records: list[dict[str, Any]], out: Path, title: str, suffix: str 
     conf = next((r["provenance"]["config"] for r in records if r["method"] != "init"), None)
     if conf is not None:
         ep = conf.get("method_epochs") or {}
-        lines += ["", f"Settings: protocol {conf.get('protocol', 'paper')}; lr " + fmt_weight(conf["eta"]) + "; " + "; ".join(
-            f"{METHOD_LABELS[m]}: " + ", ".join(f"{w} = {fmt_weight(conf[w])}" for w in LAMBDA_OF[m])
-            + f", {ep.get(m, conf['epochs'])} epochs" for m in METHODS if m in by) + "."]
+        settings = "; ".join(f"{METHOD_LABELS[m]}: " + ", ".join(f"{w} = {fmt_weight(conf[w])}" for w in LAMBDA_OF[m])
+                             + f", {ep.get(m, conf['epochs'])} epochs" for m in METHODS if m in by)
+        lines += ["", f"Settings: protocol {conf.get('protocol', 'paper')}; lr {fmt_weight(conf['eta'])}; {settings}."]
     table = "\n".join(lines) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / f"table{suffix}.md", table)
@@ -110,8 +113,11 @@ def figure3(curves: dict[str, list[list[float]]], out: Path, title: str, suffix:
     plt.close(fig)
 
 
-ESTIMATOR_LABELS = {"exact": "exact (all held-out)", "groups": "ours, 20 groups of 100",
-                    "authors": "authors', 20 groups of 100"}
+def _estimator_labels(records: list[dict[str, Any]]) -> dict[str, str]:
+    """The estimators' names in the tables, with the groups the records' config draws."""
+    config = next(r["identity"]["config"] for r in records)
+    groups = f"{config['rir_groups']} groups of {config['rir_group_size']}"
+    return {"exact": "exact (all held-out)", "groups": f"ours, {groups}", "authors": f"authors', {groups}"}
 
 
 def _ms_of(values: list[float | None], fmt: str = "{:.4g}") -> str:
@@ -130,9 +136,13 @@ def _interval(records: list[dict[str, Any]], estimator: str) -> str:
     return f"[{min(c[0] for c in cis):.3g}, {max(c[1] for c in cis):.3g}]"
 
 
-def real_table(records: list[dict[str, Any]], title: str) -> str:
-    """Markdown of one direction and protocol: RIR under each estimator (mean ± std over seeds, the hull of the
-    seeds' 95% intervals), terms (i) and (ii), utility, CPU time."""
+def _percent(utilities: list[dict[str, Any]], name: str) -> list[float | None]:
+    return [None if u.get(name) is None else 100 * u[name] for u in utilities]
+
+
+def estimator_table(records: list[dict[str, Any]], title: str) -> str:
+    """Markdown of one direction (or task) and protocol: RIR under each estimator (mean ± std over seeds, the hull of
+    the seeds' 95% intervals), terms (i) and (ii), utility, CPU time."""
     diverged = [r for r in records if "diverged" in r]
     by: dict[str, list[dict[str, Any]]] = {}
     for r in records:
@@ -140,6 +150,7 @@ def real_table(records: list[dict[str, Any]], title: str) -> str:
             by.setdefault(r["method"], []).append(r)
     init = by.get("init", [])
     seeds = sorted({r["seed"] for r in records})
+    labels = _estimator_labels(records)
     lines = [f"### {title.replace(chr(10), '; ')}", "",
              f"Seeds {seeds}: mean ± sample std over seeds; [lo, hi]: the hull of the seeds' bootstrap 95% "
              "intervals. Terms (i) = kappa ratio theta_I / theta_0 on D_H, (ii) on D_P; RIR = (i) / (ii).", "",
@@ -147,13 +158,14 @@ def real_table(records: list[dict[str, Any]], title: str) -> str:
     for m in CONTROLS + METHODS:
         for est in ESTIMATOR_NAMES if m in by else ():
             rs = by[m]
-            lines.append(f"| {METHOD_LABELS[m]} | {ESTIMATOR_LABELS[est]} | "
-                         + " | ".join(_ms_of([r["estimates"][est][k] for r in rs]) for k in ("term_i", "term_ii", "rir"))
+            terms = (_ms_of([r["estimates"][est][k] for r in rs]) for k in ("term_i", "term_ii", "rir"))
+            lines.append(f"| {METHOD_LABELS[m]} | {labels[est]} | " + " | ".join(terms)
                          + f" | {_interval(rs, est)} |")
     lines += ["", "Utility, measured without kappa: D_P accuracy of the model's own D_P head and of a fresh linear "
               "probe (test images, %); D_H linear-probe iterations to the target training loss (Figure 3's "
-              "measure; more = harder for the attacker; n.a. = not reached within the cap); ImageNet head's top-1 "
-              "agreement with theta_0 on the D_P test images (%); CPU seconds per run.", "",
+              "measure; more = harder for the attacker); ImageNet head's top-1 agreement with theta_0 on the D_P "
+              "test images (%); CPU seconds per run. n.a.: not reached within the cap, or not measured on this "
+              "network (the probe's iterations and the ImageNet head are the real network's).", "",
               "| Method | D_P head acc. | D_P probe acc. | D_H probe iterations ↑ | ImageNet top-1 agreement | "
               "CPU-s |", "|---|---|---|---|---|---|"]
     for m in ["init", *CONTROLS, *METHODS]:
@@ -162,18 +174,18 @@ def real_table(records: list[dict[str, Any]], title: str) -> str:
             continue
         u = [r["utility"] for r in rs]
         lines.append(f"| {'Init. θ0' if m == 'init' else METHOD_LABELS[m]} | "
-                     f"{_ms_of([100 * x['dp_test_acc'] for x in u], '{:.2f}')} | "
-                     f"{_ms_of([100 * x['dp_probe_acc'] for x in u], '{:.2f}')} | "
-                     f"{_ms_of([x['dh_probe_iterations'] for x in u], '{:.0f}')} | "
-                     f"{_ms_of([100 * x['imagenet_agreement'] for x in u], '{:.1f}')} | "
+                     f"{_ms_of(_percent(u, 'dp_test_acc'), '{:.2f}')} | "
+                     f"{_ms_of(_percent(u, 'dp_probe_acc'), '{:.2f}')} | "
+                     f"{_ms_of([x.get('dh_probe_iterations') for x in u], '{:.0f}')} | "
+                     f"{_ms_of(_percent(u, 'imagenet_agreement'), '{:.1f}')} | "
                      f"{_ms_of([r['cpu_s'] for r in rs], '{:.0f}')} |")
     if init:
         lam = init[0]["calibration"]["balanced"]
-        trunk = init[0]["trunk"]
+        trunk = init[0].get("trunk", {})
         lines += ["", "Lambdas (balanced at theta_0, seed " + str(init[0]["seed"]) + "): "
-                  + ", ".join(f"{k} = {v:.3g}" for k, v in sorted(lam.items())) + ". Trunk cache: "
-                  + "; ".join(f"{t}: {m['images']} images, {m['cpu_s']:.0f} CPU-s" for t, m in sorted(trunk.items()))
-                  + "."]
+                  + ", ".join(f"{k} = {v:.3g}" for k, v in sorted(lam.items())) + "."
+                  + (" Trunk cache: " + "; ".join(f"{t}: {m['images']} images, {m['cpu_s']:.0f} CPU-s"
+                                                  for t, m in sorted(trunk.items())) + "." if trunk else "")]
     if diverged:
         lines += ["", "Diverged (recorded, nothing measured after): " + "; ".join(
             f"{METHOD_LABELS[r['method']]} seed {r['seed']} ({r['diverged']})" for r in diverged) + "."]
@@ -203,12 +215,17 @@ def report(plan: Plan, records: list[dict[str, Any]]) -> int:
         print(f"kappalab reproduce table3: no records of {cfg.name} ({cfg.protocol}) in {out / 'runs.jsonl'}",
               file=sys.stderr)
         return 1
-    if not plan.real:
-        print(aggregate(records, out, plan.title, "" if cfg.protocol == "paper" else "_official"))
+    suffix = "" if cfg.protocol == "paper" else "_official"
+    if any("rir" in r for r in records):  # a store recorded before the one record schema
+        print(aggregate(records, out, plan.title, suffix))
         return 0
-    table = (decision_table({plan.title.replace("\n", "; "): records}) + "\n" + real_table(records, plan.title)
+    table = (decision_table({plan.title.replace("\n", "; "): records}) + "\n" + estimator_table(records, plan.title)
              + "\nAlong training:\n\n" + checkpoint_table(records))
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / f"table_{cfg.name}_{cfg.protocol}.md", table)
+    write_text(out / (f"table_{cfg.name}_{cfg.protocol}.md" if plan.real else f"table{suffix}.md"), table)
+    if not plan.real:
+        figure3({m: [r["utility"]["probe_curve"] for r in records if r["method"] == m and "utility" in r]
+                 for m in ["init", *CONTROLS, *METHODS] if any(r["method"] == m and "utility" in r for r in records)},
+                out, plan.title, suffix)
     print(table)
     return 0

@@ -1,11 +1,11 @@
 """``kappalab reproduce table3``: one record of the proxy's or the paper's networks (:class:`NetBench`): the
-config's objective and training settings, the calibration at theta_0, the training and the evaluation."""
+config's objective and training settings, the calibration at theta_0, the training and what is measured."""
 
 from __future__ import annotations
 
 import copy
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +14,12 @@ import torch
 
 from ...deep.methods import CONTROLS, OPTIMIZER_OF, WEIGHTS
 from ...deep import (METHODS, CombinedLoader, ImmunizableModel, ObjectiveConfig, TrainConfig, accuracy,
-                     balanced_scale, extract_features, gradient_norms, immunize, linear_probe_curve, rir_theta0)
+                     balanced_scale, extract_features, gradient_norms, linear_probe_curve)
 from ...deep.task import Task
 from ...errors import DegenerateSpectrumWarning
 from ..identity import data_identity as arrays_identity
 from .config import Table3Config, load_table3_config
+from .measures import Checkpoints, checkpoint_epochs, displacement, held_out_measures, train_measured
 from .plan import PaperInputs, Plan, RunSpec
 
 
@@ -78,45 +79,55 @@ def calibrate(task: Task, model: ImmunizableModel, cfg: Table3Config, seed: int)
             "balanced": {weight_of[k]: balanced_scale(mean["task"], v) for k, v in mean.items() if k != "task"}}
 
 
-def evaluate(task: Task, model: ImmunizableModel, reference: ImmunizableModel | None, cfg: Table3Config,
-             seed: int) -> dict[str, Any]:
-    """D_P test accuracy, Figure 3's probe curve, and (with a reference theta_0) Eq. 17 exact and estimated."""
+def utility(task: Task, model: ImmunizableModel, cfg: Table3Config) -> dict[str, Any]:
+    """Utility measured without kappa: the model's D_P test accuracy and Figure 3's D_H probe curve (test accuracy
+    after each full-batch gradient-descent epoch of a linear probe on the model's features)."""
     (Xtr, ytr), (Xte, yte) = task.probe
     F_tr, F_te = extract_features(model, Xtr, task.device), extract_features(model, Xte, task.device)
-    out: dict[str, Any] = {
-        "dp_test_acc": accuracy(model, task.test_P, task.device),
-        "probe_curve": linear_probe_curve(F_tr, ytr.to(task.device), F_te, yte.to(task.device),
-                                          epochs=cfg.probe_epochs, num_classes=task.harmful_classes,
-                                          step=cfg.probe_step),
-    }
-    if reference is not None:
-        feats = [extract_features(m, X, task.device) for X in (task.rir_H, task.rir_P) for m in (model, reference)]
-        for key, estimator in (("rir", "pinv"), ("rir_authors", "authors")):
-            out[key] = asdict(rir_theta0(*feats, groups=cfg.rir_groups, group_size=cfg.rir_group_size,
-                                         seed=seed, estimator=estimator))
-    return out
+    return {"dp_test_acc": accuracy(model, task.test_P, task.device),
+            "probe_curve": linear_probe_curve(F_tr, ytr.to(task.device), F_te, yte.to(task.device),
+                                              epochs=cfg.probe_epochs, num_classes=task.harmful_classes,
+                                              step=cfg.probe_step)}
+
+
+def held_out(task: Task, model: ImmunizableModel) -> dict[str, np.ndarray]:
+    """The model's features of the held-out inputs the RIR is computed on (``{"P", "H"}``, float64 on the host)."""
+    return {t: extract_features(model, X, task.device).cpu().numpy() for t, X in (("P", task.rir_P),
+                                                                                  ("H", task.rir_H))}
 
 
 @dataclass(frozen=True)
 class NetBench:
     """The proxy's and the paper's networks: an ``init`` record holds the calibration at theta_0 and theta_0's
-    evaluation; a method record the training history (resumed from its epoch checkpoint under ``work``) and the
-    evaluation against theta_0 (:func:`evaluate`)."""
+    utility (:func:`utility`); a method record its training (resumed from its epoch checkpoint under ``work``; the
+    estimators at its checkpoints, with D_P accuracy there), its utility, each module's displacement and the
+    estimators on the held-out features (:func:`.measures.held_out_measures`, the float64 rank rule): the real
+    network's record schema (:mod:`.real`) less what only it measures (its probes' iterations, ImageNet agreement,
+    the validation part)."""
 
     task: Task
     work: Path
 
     def measure(self, spec: RunSpec, base: ImmunizableModel, init: dict[str, Any] | None) -> dict[str, Any]:
-        cfg, seed, method = spec.cfg, spec.seed, spec.method
+        cfg, seed, method, task = spec.cfg, spec.seed, spec.method, self.task
         if method == "init":
-            return {"calibration": calibrate(self.task, base, cfg, seed), **evaluate(self.task, base, None, cfg, seed)}
+            return {"calibration": calibrate(task, base, cfg, seed), "utility": utility(task, base, cfg)}
         model = copy.deepcopy(base)
         torch.manual_seed(seed)
-        loader = CombinedLoader(*self.task.loaders(seed), epoch_on=cfg.epoch_on)
-        history = immunize(model, method, loader, objective_config(cfg, self.task.harmful_classes),
-                           train_config(cfg, method), device=self.task.device,
-                           checkpoint=self.work / f"seed{seed}" / f"{method}.pt")
-        return {"history": history, **evaluate(self.task, model, base, cfg, seed)}
+        loader = CombinedLoader(*task.loaders(seed), epoch_on=cfg.epoch_on)
+        train = train_config(cfg, method)
+        F0 = held_out(task, base)
+        checkpoints = Checkpoints(checkpoint_epochs(train.epochs), len(loader), lambda: held_out(task, model), F0,
+                                  seed, cfg.rir_groups, cfg.rir_group_size, None,
+                                  lambda: {"dp_test_acc": accuracy(model, task.test_P, task.device)})
+        out = train_measured(model, method, loader, objective_config(cfg, task.harmful_classes), train, checkpoints,
+                             device=task.device, checkpoint=self.work / f"seed{seed}" / f"{method}.pt")
+        if "diverged" in out:
+            return out
+        out.update(displacement=displacement(model, base), utility=utility(task, model, cfg))
+        out.update(held_out_measures(F0, held_out(task, model), seed=seed, groups=cfg.rir_groups,
+                                     group_size=cfg.rir_group_size, rtol=None))
+        return out
 
 
 def data_identity(plan: Plan) -> dict[str, str]:

@@ -186,3 +186,18 @@ def test_scale_test_on_relu_features() -> None:
     ref = _ref_groups(shrink_weak_half(h0, 0.2), h0, p0, p0, _ref_kappa, seed=1)
     assert st.weak_half["groups"].rir == pytest.approx(ref[2], rel=1e-9) and st.weak_half["groups"].ci95[1] < 25
     assert st.weak_half["authors"].rir < 1 + spread
+
+
+def test_fewer_samples_than_features_give_the_group_estimators_and_no_exact_one() -> None:
+    """N < D (a smoke run's few images of a wide network): refused by default; with ``exact=False`` the group
+    estimator agrees with plain NumPy and the exact estimator is NaN with the reason."""
+    rng = np.random.default_rng(3)
+    p0, h0, pi, hi = (rng.standard_normal((12, 20)) for _ in range(4))
+    with pytest.raises(ValueError, match="p0: 12 D_P samples for D = 20: the exact estimator needs N >= D"):
+        estimate_all(p0, h0, pi, hi, groups=3, group_size=6)
+    est = estimate_all(p0, h0, pi, hi, groups=3, group_size=6, seed=2, exact=False)
+    exact = est["exact"]
+    assert np.isnan([exact.term_i, exact.term_ii, exact.rir]).all() and exact.ci95 is None
+    assert "needs N >= D" in exact.ci_note
+    ref = _ref_groups(hi, h0, pi, p0, _ref_kappa, seed=2, groups=3, size=6)
+    assert (est["groups"].term_i, est["groups"].term_ii, est["groups"].rir) == pytest.approx(ref, rel=1e-12)

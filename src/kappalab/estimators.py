@@ -209,25 +209,25 @@ def _exact_ci(hi: np.ndarray, h0: np.ndarray, pi: np.ndarray, p0: np.ndarray, rt
 
 # ---- the three estimators -----------------------------------------------------------------------------------------
 
-def check_features(p0: object, h0: object, pi: object, hi: object, *, group_size: int = 100
+def check_features(p0: object, h0: object, pi: object, hi: object, *, group_size: int = 100, exact: bool = True
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The four feature matrices as float64 NumPy arrays (torch tensors converted once), checked: 2-D, finite,
-    one feature dimension D, the same samples for theta_0 and theta_I, ``N >= D`` (the exact estimator) and
-    ``N >= group_size`` per task. Raises ValueError naming the argument."""
+    one feature dimension D, the same samples for theta_0 and theta_I, ``N >= D`` (the exact estimator, where
+    ``exact``) and ``N >= group_size`` per task. Raises ValueError naming the argument."""
     out = {}
     for name, F in (("p0", p0), ("h0", h0), ("pi", pi), ("hi", hi)):
         out[name] = np.asarray(_float64(F).cpu().numpy() if is_torch(F) else _float64(F))
         matrix(out[name], name)
-    check_feature_shapes({name: F.shape for name, F in out.items()}, group_size)
+    check_feature_shapes({name: F.shape for name, F in out.items()}, group_size, exact=exact)
     return out["p0"], out["h0"], out["pi"], out["hi"]
 
 
 def check_feature_shapes(shapes: Mapping[str, tuple[int, ...]], group_size: int, *,
-                         group_size_name: str = "the group size") -> None:
+                         group_size_name: str = "the group size", exact: bool = True) -> None:
     """The four feature matrices' shape contract: one feature dimension D, the same samples for theta_0 and
-    theta_I, ``N >= D`` (the exact estimator) and ``N >= group_size`` per task. ``shapes``: the 2-D shapes of p0,
-    h0, pi, hi in that order, keyed by the name the message gives each (``p0`` here, ``--p0`` on the command line);
-    ``group_size_name`` names the group size. Raises ValueError naming the argument."""
+    theta_I, ``N >= D`` (the exact estimator, where ``exact``) and ``N >= group_size`` per task. ``shapes``: the
+    2-D shapes of p0, h0, pi, hi in that order, keyed by the name the message gives each (``p0`` here, ``--p0`` on
+    the command line); ``group_size_name`` names the group size. Raises ValueError naming the argument."""
     p0, h0, pi, hi = shapes
     dims = {name: shape[1] for name, shape in shapes.items()}
     if len(set(dims.values())) != 1:
@@ -238,7 +238,7 @@ def check_feature_shapes(shapes: Mapping[str, tuple[int, ...]], group_size: int,
         n, m = shapes[a][0], shapes[b][0]
         if n != m:
             raise ValueError(f"{a} and {b} must hold the same {task} samples (one row each), got {n} and {m} rows")
-        if n < dim:
+        if exact and n < dim:
             raise ValueError(f"{a}: {n} {task} samples for D = {dim}: the exact estimator needs N >= D (pass at "
                              f"least {max(dim, group_size)} samples)")
         if n < group_size:
@@ -248,16 +248,23 @@ def check_feature_shapes(shapes: Mapping[str, tuple[int, ...]], group_size: int,
 
 def estimate_all(p0: object, h0: object, pi: object, hi: object, *, seed: int = 0, groups: int = 20,
                  group_size: int = 100, n_boot: int = 1000, n_boot_exact: int = 200, rtol: float | None = None,
-                 exact_budget: float = EXACT_BOOT_BUDGET) -> dict[str, Estimate]:
+                 exact_budget: float = EXACT_BOOT_BUDGET, exact: bool = True) -> dict[str, Estimate]:
     """RIR_theta0 by the three estimators of the module docstring: ``{"exact", "groups", "authors"}`` ->
     :class:`Estimate`. ``n_boot``: the group estimators' resamples; ``n_boot_exact``: the exact one's (run only
-    within ``exact_budget``); ``rtol``: the pinv kappa's rank tolerance (default ``max(N, D) eps``)."""
-    p0, h0, pi, hi = check_features(p0, h0, pi, hi, group_size=group_size)
+    within ``exact_budget``); ``rtol``: the pinv kappa's rank tolerance (default ``max(N, D) eps``). ``exact``
+    False: fewer samples than features are allowed and the exact estimator, undefined there, is NaN (its note
+    says why)."""
+    p0, h0, pi, hi = check_features(p0, h0, pi, hi, group_size=group_size, exact=exact)
     common = dict(n_P=p0.shape[0], n_H=h0.shape[0], dim=p0.shape[1], seed=seed)
-    exact = _exact_rir(hi, h0, pi, p0, rtol)
-    ci, note = _exact_ci(hi, h0, pi, p0, rtol, n_boot_exact, seed, exact_budget)
-    out = {"exact": Estimate("exact", float(exact.term_i), float(exact.term_ii), float(exact.rir), ci, note, "pinv",
-                             n_boot=n_boot_exact if ci else 0, rtol=rtol, **common)}
+    if exact:
+        whole = _exact_rir(hi, h0, pi, p0, rtol)
+        ci, note = _exact_ci(hi, h0, pi, p0, rtol, n_boot_exact, seed, exact_budget)
+        terms = (float(whole.term_i), float(whole.term_ii), float(whole.rir))
+    else:
+        nan = float("nan")
+        terms, ci, note = (nan, nan, nan), None, "not computed: the exact estimator needs N >= D"
+    out = {"exact": Estimate("exact", *terms, ci, note, "pinv", n_boot=n_boot_exact if ci else 0, rtol=rtol,
+                             **common)}
     for name, kappa in (("groups", "pinv"), ("authors", "authors")):
         i_g, ii_g = group_terms(hi, h0, pi, p0, kappa_ratio(kappa, rtol), groups=groups, group_size=group_size,
                                 seed=seed)

@@ -84,7 +84,7 @@ class Checkpoints:
     seed: int
     groups: int
     group_size: int
-    rtol: float
+    rtol: float | None
     measures: Callable[[], dict[str, Any]] | None = None
     entries: list[dict[str, Any]] = field(default_factory=list)
 
@@ -93,7 +93,8 @@ class Checkpoints:
             return
         FI = self.features()
         est = estimate_all(self.F0["P"], self.F0["H"], FI["P"], FI["H"], seed=self.seed, groups=self.groups,
-                           group_size=self.group_size, n_boot=200, n_boot_exact=0, rtol=self.rtol)
+                           group_size=self.group_size, n_boot=200, n_boot_exact=0, rtol=self.rtol,
+                           exact=exact_defined(self.F0))
         self.entries.append({"epoch": epoch, "step": epoch * self.steps_per_epoch, "train_terms": dict(terms),
                              "estimates": {k: {"term_i": e.term_i, "term_ii": e.term_ii, "rir": e.rir}
                                            for k, e in est.items()},
@@ -110,12 +111,19 @@ def singular_values(F: np.ndarray) -> list[float]:
     return np.linalg.svd(F, compute_uv=False).tolist()
 
 
+def exact_defined(F0: dict[str, np.ndarray]) -> bool:
+    """Whether the exact estimator is defined on held-out features of this shape: N >= D on both tasks (a smoke
+    run's few images of a wide network are not; its group estimators still are)."""
+    return min(F0["P"].shape[0], F0["H"].shape[0]) >= F0["P"].shape[1]
+
+
 def held_out_measures(F0: dict[str, np.ndarray], FI: dict[str, np.ndarray], *, seed: int, groups: int,
                       group_size: int, rtol: float | None) -> dict[str, Any]:
     """A method record's estimates from theta_0's and theta_I's held-out features (``{"P", "H"}`` each): the three
     estimators (:func:`kappalab.estimators.estimate_all`, ``groups`` of ``group_size`` rows, the rank rule ``rtol``),
     the rule itself, the singular values of the four matrices and the group spectra (:func:`group_spectra`)."""
-    est = estimate_all(F0["P"], F0["H"], FI["P"], FI["H"], seed=seed, groups=groups, group_size=group_size, rtol=rtol)
+    est = estimate_all(F0["P"], F0["H"], FI["P"], FI["H"], seed=seed, groups=groups, group_size=group_size, rtol=rtol,
+                       exact=exact_defined(F0))
     return {"estimates": {k: e.as_dict() for k, e in est.items()}, "rank_rtol": rtol,
             "singular_values": {f"{t}_{w}": singular_values(F[t]) for w, F in (("0", F0), ("I", FI))
                                 for t in ("P", "H")},

@@ -136,3 +136,27 @@ def test_a_checkpoint_records_the_estimators_and_the_measures_at_its_step():
          for w, F in (("0", F0), ("I", FI)) for t in ("P", "H")}
     exact = (k["H", "I"] / k["H", "0"]) / (k["P", "I"] / k["P", "0"])
     assert cp.entries[0]["estimates"]["exact"]["rir"] == pytest.approx(exact, rel=1e-9)
+
+
+def test_kept_checkpoints_survive_a_resume_and_a_retrained_epoch_replaces_its_entry(tmp_path):
+    """A training that resumes from its epoch checkpoint records the checkpoints its earlier process measured (read
+    back from ``keep``); an epoch trained again (the process died after measuring it, before saving it) replaces
+    its entry instead of adding a second one."""
+    from kappalab.reproduce.table3.measures import Checkpoints
+
+    rng = np.random.default_rng(1)
+    F0 = {t: rng.standard_normal((30, 4)) for t in ("P", "H")}
+    keep = tmp_path / "ours.checkpoints.json"
+
+    def checkpoints(features):
+        return Checkpoints((1, 2, 3), 5, lambda: features, F0, seed=0, groups=2, group_size=10, rtol=None, keep=keep)
+
+    first = checkpoints({t: 2 * F for t, F in F0.items()})
+    first(1, {"task": 1.0})
+    first(2, {"task": 2.0})
+    resumed = checkpoints({t: F @ np.diag([1, 1, 1, 0.5]) for t, F in F0.items()})
+    assert resumed.entries == first.entries  # what the first process measured, read back
+    resumed(2, {"task": 2.5})  # epoch 2 again
+    resumed(3, {"task": 3.0})
+    assert [(c["epoch"], c["train_terms"]["task"]) for c in resumed.entries] == [(1, 1.0), (2, 2.5), (3, 3.0)]
+    assert [c["epoch"] for c in checkpoints(F0).entries] == [1, 2, 3]  # the file holds them all

@@ -125,12 +125,12 @@ def immunize(model: ImmunizableModel, method: str, loader: CombinedLoader, obj: 
         means = {k: float(v) / len(loader) for k, v in sums.items()}
         means["degenerate_steps"] = float(degenerate)
         history.append(means)
+        if on_epoch_end is not None:  # before the checkpoint: what it keeps of this epoch is kept when it resumes
+            on_epoch_end(epoch + 1, means)
         if path is not None and rank == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
             torch_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1,
                         "rng": torch.get_rng_state(), "method": method, "history": history}, path)
-        if on_epoch_end is not None:
-            on_epoch_end(epoch + 1, means)
     return history
 
 

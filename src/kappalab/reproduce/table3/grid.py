@@ -8,7 +8,8 @@
 * **The rule** (:func:`choose`), the same for every method and control: among the method's settings whose D_P head
   accuracy on the validation part stays within :data:`UTILITY_POINTS` of theta_0's on every seed (and whose training
   diverged on none), the one with the largest group RIR on the validation part (mean over seeds; ties: the earlier
-  grid point). No setting is chosen when none keeps utility. Only the validation part is read: the table's held-out and test parts are not.
+  grid point). No setting is chosen when none keeps utility. Only the validation part is read: the table's held-out
+  and test parts are not.
 * **What the table reads** (:func:`selected`): a method run at several settings contributes its chosen setting's
   records only; a method run at one setting is read as it is (the fixed-setting runs).
 """

@@ -22,6 +22,7 @@ see whether anything moved (the one record schema of the proxy, the paper's netw
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -29,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 from torch import nn
 
-from ...atomic_io import save_npz
+from ...atomic_io import save_npz, write_json
 from ...deep import immunize
 from ...deep.train import DIVERGED
 from ...estimators import estimate_all, random_groups
@@ -75,7 +76,11 @@ class Checkpoints:
     """``on_epoch_end`` callback of :func:`kappalab.deep.immunize`: at each epoch of ``at``, the three estimators'
     terms on the held-out features of the model in training (``features()`` gives ``{"P", "H"}``), against
     theta_0's ``F0``, and what ``measures()`` returns (e.g. D_P accuracy); ``entries`` holds one dict per
-    checkpoint with its epoch and optimizer step."""
+    checkpoint with its epoch and optimizer step.
+
+    ``keep``: a JSON file the entries are written to after each one and read from at the start, for a training that
+    resumes from its epoch checkpoint (:func:`~kappalab.deep.immunize` calls this before it saves the epoch, so the
+    file holds every epoch the checkpoint has; an epoch trained again replaces its entry)."""
 
     at: tuple[int, ...]
     steps_per_epoch: int
@@ -86,7 +91,12 @@ class Checkpoints:
     group_size: int
     rtol: float | None
     measures: Callable[[], dict[str, Any]] | None = None
+    keep: Path | None = None
     entries: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.keep is not None and self.keep.exists():
+            self.entries = json.loads(self.keep.read_text())
 
     def __call__(self, epoch: int, terms: dict[str, float]) -> None:
         if epoch not in self.at:
@@ -95,10 +105,12 @@ class Checkpoints:
         est = estimate_all(self.F0["P"], self.F0["H"], FI["P"], FI["H"], seed=self.seed, groups=self.groups,
                            group_size=self.group_size, n_boot=200, n_boot_exact=0, rtol=self.rtol,
                            exact=exact_defined(self.F0))
-        self.entries.append({"epoch": epoch, "step": epoch * self.steps_per_epoch, "train_terms": dict(terms),
-                             "estimates": {k: {"term_i": e.term_i, "term_ii": e.term_ii, "rir": e.rir}
-                                           for k, e in est.items()},
-                             **(self.measures() if self.measures else {})})
+        entry = {"epoch": epoch, "step": epoch * self.steps_per_epoch, "train_terms": dict(terms),
+                 "estimates": {k: {"term_i": e.term_i, "term_ii": e.term_ii, "rir": e.rir} for k, e in est.items()},
+                 **(self.measures() if self.measures else {})}
+        self.entries = [e for e in self.entries if e["epoch"] < epoch] + [entry]
+        if self.keep is not None:
+            write_json(self.keep, self.entries)
 
 
 def checkpoint_epochs(epochs: int, count: int = 4) -> tuple[int, ...]:

@@ -117,11 +117,13 @@ class NetBench:
         loader = CombinedLoader(*task.loaders(seed), epoch_on=cfg.epoch_on)
         train = train_config(cfg, method)
         F0 = held_out(task, base)
+        resume = self.work / f"seed{seed}" / f"{method}.pt"  # the epoch checkpoint, and its checkpoints' measures
         checkpoints = Checkpoints(checkpoint_epochs(train.epochs), len(loader), lambda: held_out(task, model), F0,
                                   seed, cfg.rir_groups, cfg.rir_group_size, None,
-                                  lambda: {"dp_test_acc": accuracy(model, task.test_P, task.device)})
+                                  lambda: {"dp_test_acc": accuracy(model, task.test_P, task.device)},
+                                  keep=resume.with_suffix(".checkpoints.json"))
         out = train_measured(model, method, loader, objective_config(cfg, task.harmful_classes), train, checkpoints,
-                             device=task.device, checkpoint=self.work / f"seed{seed}" / f"{method}.pt")
+                             device=task.device, checkpoint=resume)
         if "diverged" in out:
             return out
         out.update(displacement=displacement(model, base), utility=utility(task, model, cfg))

@@ -46,7 +46,8 @@ def sweep(specs: list[RunSpec], bench: Bench, store: RunStore) -> int:
     with store.lock() if rank == 0 else contextlib.nullcontext():
         made = {r["key"]: r for r in store.records()}
         todo = [s for s in specs if s.key not in made]
-        for spec in tqdm(todo, desc="table3", disable=not sys.stderr.isatty()):
+        bar = tqdm(todo, desc="table3", disable=not sys.stderr.isatty())
+        for spec in bar:
             cpu, wall = time.process_time(), time.perf_counter()
             base = bench.task.theta0(spec.seed)
             record: dict[str, Any] = {"key": spec.key, "task": spec.cfg.name, "protocol": spec.cfg.protocol,
@@ -58,7 +59,7 @@ def sweep(specs: list[RunSpec], bench: Bench, store: RunStore) -> int:
             if rank == 0:
                 store.append(record)
             made[spec.key] = record
-            tqdm.write(f"{spec.key}: {record['cpu_s']:.0f} CPU-s"
+            bar.write(f"{spec.key}: {record['cpu_s']:.0f} CPU-s"
                        + (f", {record['diverged']}" if "diverged" in record else ""))
     finish_distributed()
     return rank

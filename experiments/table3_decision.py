@@ -23,6 +23,11 @@ from kappalab.reproduce.table3.report import checkpoint_table, figure3
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
 POWERED = DOCS / "table3" / "powered"
 DIRECTIONS = {"fmnist_vs_mnist": "D_P Fashion-MNIST / D_H MNIST", "mnist_vs_fmnist": "D_P MNIST / D_H Fashion-MNIST"}
+#: a store's protocol folder -> its title (``<protocol>_frozen_bn``: the tail's BatchNorm statistics frozen during
+#: immunization, ``--set norm_statistics=frozen``; the others train with batch statistics, the authors' code's)
+SETTINGS = {"paper": "paper protocol", "official": "official protocol",
+            "paper_frozen_bn": "paper protocol, BatchNorm statistics frozen",
+            "official_frozen_bn": "official protocol, BatchNorm statistics frozen"}
 
 
 def store_paths() -> dict[str, Path]:
@@ -30,7 +35,7 @@ def store_paths() -> dict[str, Path]:
     out = {}
     for path in sorted(POWERED.glob("*/*/*/runs.jsonl")):
         which, direction, protocol = path.relative_to(POWERED).parts[:3]
-        out[f"{DIRECTIONS[direction]}, {protocol} protocol ({which})"] = path
+        out[f"{DIRECTIONS[direction]}, {SETTINGS[protocol]} ({which})"] = path
     return out
 
 

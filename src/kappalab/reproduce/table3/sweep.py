@@ -56,11 +56,11 @@ def sweep(specs: list[RunSpec], bench: Bench, store: RunStore) -> int:
             record["cpu_s"], record["wall_s"] = time.process_time() - cpu, time.perf_counter() - wall
             record["provenance"] = provenance(spec.seed, spec.cfg, device=str(bench.task.device), dtype="float64",
                                               data_label=bench.task.data_label)
+            made[spec.key] = record
             if rank == 0:
                 store.append(record)
-            made[spec.key] = record
-            bar.write(f"{spec.key}: {record['cpu_s']:.0f} CPU-s"
-                       + (f", {record['diverged']}" if "diverged" in record else ""))
+                bar.write(f"{spec.key}: {record['cpu_s']:.0f} CPU-s"
+                          + (f", {record['diverged']}" if "diverged" in record else ""))
     finish_distributed()
     return rank
 

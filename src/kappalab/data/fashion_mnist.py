@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from kappalab.atomic_io import write_bytes
-from kappalab.data.fetch import cache_dir, cached, digest_of, verify_digest
+from kappalab.data.fetch import cache_dir, cached, digest_of, fetch_into, verify_digest
 from kappalab.data.idx import IDX_NAMES, idx_folder, load_idx_split
 from kappalab.data.mnist import MnistData
 
@@ -58,19 +58,24 @@ def _download_deb(directory: Path) -> Path:
         return present[0]
     for stale in present:
         stale.unlink()
-    try:
-        result = subprocess.run(["apt-get", "download", f"{DEB_PACKAGE}={DEB_VERSION}"], cwd=directory,
-                                capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-        raise RuntimeError(f"apt-get is not on this machine. {_MANUAL_HINT}") from None
-    debs = sorted(directory.glob(pattern))
-    if result.returncode != 0 or not debs:
-        raise RuntimeError(f"apt-get download {DEB_PACKAGE}={DEB_VERSION} failed (exit code {result.returncode}): "
-                           f"{result.stderr.strip()[-600:]}\n(if the package is unknown, run apt-get update first) "
-                           + _MANUAL_HINT)
-    verify_digest(debs[0], DEB_SHA256, f"package {debs[0]}",
-                  "Debian's archive holds another build of the package; delete it to re-download. " + _MANUAL_HINT)
-    return debs[0]
+
+    def apt(folder: Path) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(["apt-get", "download", f"{DEB_PACKAGE}={DEB_VERSION}"], cwd=folder,
+                                  capture_output=True, text=True, check=False)
+        except FileNotFoundError:
+            raise RuntimeError(f"apt-get is not on this machine. {_MANUAL_HINT}") from None
+
+    def failed(result: subprocess.CompletedProcess) -> str:
+        return (f"apt-get download {DEB_PACKAGE}={DEB_VERSION} failed (exit code {result.returncode}): "
+                f"{result.stderr.strip()[-600:]}\n(if the package is unknown, run apt-get update first) "
+                + _MANUAL_HINT)
+
+    def verify(deb: Path) -> None:
+        verify_digest(deb, DEB_SHA256, f"the downloaded package {deb.name}",
+                      "Debian's archive holds another build of the package; it was not kept. " + _MANUAL_HINT)
+
+    return fetch_into(directory, pattern, apt, failed, verify)
 
 
 def fetch_fashion_mnist(cache: Path | None = None) -> Path:

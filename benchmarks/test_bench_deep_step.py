@@ -11,6 +11,11 @@ of 1e-2, where the dense route's own rounding (``eps s_max(Z^T Z) / ridge``, 3e-
 paper's ridge 1e-6 (timed) that bound is 3e-6 and the dense route is the inaccurate one (tests/test_deep_gram_route.py
 compares both with an SVD reference). Each timed round starts from the same theta_0 (``setup``), so the rounds time
 the same step.
+
+``test_deep_step_tail_precision`` times the real network's step (the gram route, Ours, paper protocol) with its tail
+in float64 and in float32 (``--set tail_precision=float32``): the tail shaped as EfficientNet-Lite0's from
+``blocks.6`` at 112 px (trunk activations ``64 x 192 x 4 x 4`` -> MBConv 192 -> 1152 -> depthwise 5 x 5 -> 320 ->
+``conv_head`` 1280, BatchNorm and ReLU6, pooled), random weights; the features are float64 either way.
 """
 
 from __future__ import annotations
@@ -103,3 +108,34 @@ def test_deep_regularizers(benchmark, threads: int, route: str) -> None:
     benchmark.group = "deep step: Ours' regularizers and the dummy layer's backward"
     benchmark.extra_info.update({"route": route, "D": D, "batch": BATCH, "dtype": "float64", "threads": threads})
     benchmark.pedantic(regularizers, rounds=5, iterations=1, warmup_rounds=1)
+
+
+def _lite0_tail(dtype: torch.dtype) -> ImmunizableModel:
+    torch.manual_seed(0)
+    wide = 1152
+
+    def conv(c_in: int, c_out: int, k: int = 1, groups: int = 1) -> list[nn.Module]:
+        return [nn.Conv2d(c_in, c_out, k, padding=k // 2, groups=groups, bias=False), nn.BatchNorm2d(c_out)]
+
+    trainable = nn.Sequential(*conv(192, wide), nn.ReLU6(), *conv(wide, wide, 5, wide), nn.ReLU6(), *conv(wide, 320),
+                              *conv(320, D), nn.ReLU6()).to(dtype)
+    neck = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    return ImmunizableModel(nn.Identity(), trainable, neck, nn.Linear(D, 10).double(), D, dummy=True)
+
+
+@pytest.mark.parametrize("tail", ["float64", "float32"])
+def test_deep_step_tail_precision(benchmark, threads: int, tail: str) -> None:
+    dtype = getattr(torch, tail)
+    g = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(BATCH, 192, 4, 4, generator=g, dtype=torch.float64).to(dtype),
+                torch.randint(0, 10, (BATCH,), generator=g)) for _ in range(2)]
+    theta0 = _lite0_tail(dtype)
+    assert theta0.features(batches[0][0]).dtype == torch.float64
+
+    def setup():
+        model = copy.deepcopy(theta0)
+        return (model, "ours", "paper", "gram", batches, make_optimizer(model, TrainConfig(lr=1e-4))), {}
+
+    benchmark.group = "deep step: EfficientNet-Lite0's tail in float64 and float32 (Ours, paper, gram route)"
+    benchmark.extra_info.update({"tail": tail, "D": D, "batch": BATCH, "threads": threads})
+    benchmark.pedantic(_step, setup=setup, rounds=3, iterations=1, warmup_rounds=1)

@@ -69,3 +69,33 @@ def test_baselines_are_not_preconditioned(method: str, rng: np.random.Generator)
     for m in (a, b):
         weighted_loss(objective_terms(m, method, bP, bH, cfg), cfg).backward()
     torch.testing.assert_close(a.dummy.weight.grad, b.dummy.weight.grad, rtol=1e-12, atol=0)
+
+
+def test_a_float32_tail_gives_float64_features_within_its_rounding_bound():
+    """A float32 tail (conv, ReLU, mean pool) under a float64 head: the features are float64, and they differ from
+    the same tail's float64 features by at most the float32 rounding bound of the convolution's inner products,
+    ``(n + 3) u (|W| * |x|)`` pooled (n = inputs per output, u = 2^-24; the cast of x, the ReLU and the mean add at
+    most 3 u), computed here in float64; the float32 weights receive float32 gradients."""
+    rng = np.random.default_rng(5)
+    conv = nn.Conv2d(8, D, 3, bias=False).double()
+    x = torch.as_tensor(rng.standard_normal((N, 8, 5, 5)))
+
+    def model(dtype: torch.dtype) -> ImmunizableModel:
+        tail = nn.Sequential(nn.Conv2d(8, D, 3, bias=False), nn.ReLU()).to(dtype)
+        with torch.no_grad():
+            tail[0].weight.copy_(conv.weight)
+        neck = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        return ImmunizableModel(nn.Identity(), tail, neck, nn.Linear(D, C).double(), D, dummy=False)
+
+    fast, exact = model(torch.float32), model(torch.float64)
+    F32 = fast.features(x.float())
+    F64 = exact.features(x).detach()
+    pooled_abs = nn.functional.avg_pool2d(nn.functional.conv2d(x.abs(), conv.weight.abs()), 3).flatten(1).detach()
+    n, u = 8 * 3 * 3, 2.0 ** -24
+    bound = (n + 3) * u * pooled_abs
+    assert F32.dtype == torch.float64
+    assert torch.all((F32.detach() - F64).abs() <= bound)
+    assert (F32.detach() - F64).abs().max() > 0  # the bound is checked against a real difference
+    F32.pow(2).sum().backward()
+    grad = fast.trainable[0].weight.grad
+    assert grad.dtype == torch.float32 and torch.isfinite(grad).all() and grad.abs().max() > 0

@@ -112,3 +112,15 @@ def test_a_forced_tensor_eigensolver_is_another_real_run():
     with forced_method("tensor"):
         assert plan.options(0, "ours") == {"seed": 0, "method": "ours", "device": "cpu", "dtype": "float64",
                                            "eigensolver": "tensor"}
+
+
+def test_a_float32_tail_is_the_real_networks_option_with_float32_features_and_its_own_identity():
+    fast = load_table3_config(REAL, overrides={"tail_precision": "float32", "features_precision": "float32"})
+    assert resolved(fast)["tail_precision"] == "float32"
+    assert "tail_precision" not in resolved(load_table3_config(REAL))  # float64: the recorded runs' keys
+    with pytest.raises(ConfigError, match="features_precision must be 'float32' with tail_precision 'float32'"):
+        load_table3_config(REAL, overrides={"tail_precision": "float32"})
+    with pytest.raises(ConfigError, match="tail_precision must be 'float64' outside the real network"):
+        load_table3_config("proxy", overrides={"tail_precision": "float32", "features_precision": "float32"})
+    with pytest.raises(ConfigError, match="tail_precision must be one of 'float64', 'float32'"):
+        load_table3_config(REAL, overrides={"tail_precision": "half"})

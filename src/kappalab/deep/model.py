@@ -50,6 +50,9 @@ class ImmunizableModel(nn.Module):
             stay in eval mode, normalising with theta_0's running statistics and never updating them (their affine
             weights still train), to tell what the statistics alone do to the features.
 
+    The neck's output is cast to the classifier's dtype: a float32 tail (``trainable``, ``neck``) gives float64
+    features where the classifier is float64, so the dummy layer, the heads and the spectra stay in float64.
+
     A new model is in training mode with ``frozen`` and ``neck`` in eval mode (see :meth:`train`).
     """
 
@@ -136,7 +139,8 @@ class ImmunizableModel(nn.Module):
         z = self.neck(self.trainable(h))
         if z.ndim != 2 or z.shape[1] != self.feature_dim:
             raise ValueError(f"the neck must output (batch, {self.feature_dim}) features, got {tuple(z.shape)}")
-        return z
+        ref = next(iter(self.classifier.parameters()), None)
+        return z if ref is None else z.to(ref.dtype)  # a float32 tail's features in the head's float64
 
     def head_features(self, z: torch.Tensor, precondition: bool = False, route: Route = "dense") -> torch.Tensor:
         """Features ``F`` from the dummy layer's input; ``precondition`` and ``route`` as in :class:`DummyLinear`."""

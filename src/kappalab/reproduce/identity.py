@@ -88,7 +88,7 @@ TABLE3_CONFIG_REFERENCES: dict[str, Any] = {
     "protocol": "paper", "transforms": "timm_eval", "pretrain_data": None, "trunk_cut": None, "image_size": None,
     "per_class": None, "split_seed_real": None, "head_l2": None, "probe_target_loss": None, "probe_max_iter": None,
     "norm_statistics": "batch", "lambda_multiple": 1.0, "lambda_oracle": None, "spectral_route": "dense",
-    "features_precision": "float64", "theta0_statistics": "imagenet"}
+    "features_precision": "float64", "theta0_statistics": "imagenet", "tail_precision": "float64"}
 # The eigensolver: LAPACK adds nothing (runs recorded before the tensor eigensolver existed): eigensolver_option.
 # One rule is computed in the core, which imports nothing from kappalab.reproduce:
 # * the linear configs' extras declared identity_when_set (bias, precondition_side, walk_step) at their defaults

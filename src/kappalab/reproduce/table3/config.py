@@ -126,6 +126,10 @@ class Table3Config:
     #: the precision of the data the real network's features are computed from, for the exact estimator's rank rule
     #: ("float32": the trunk activations', kappalab.reproduce.table3.measures.features_rtol; "float64": float64's)
     features_precision: str = "float64"
+    #: the real network's tail (trainable blocks and neck) and its trunk-activation inputs: "float64", or "float32"
+    #: (the trunk activations' own precision; ~5x faster convolutions on the CPU); the pooled features are cast to
+    #: float64 before the dummy layer, the heads and every spectral computation (kappalab.deep.ImmunizableModel)
+    tail_precision: str = "float64"
     #: theta_0's tail BatchNorm statistics: "imagenet" (the pretrained ones) or "d_p" (re-estimated on D_P's
     #: training activations before the D_P head is fitted; kappalab.reproduce.table3.real.build_task)
     theta0_statistics: str = "imagenet"
@@ -160,6 +164,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "norm_statistics": ("batch", "frozen"),  # kappalab.deep.ImmunizableModel
     "spectral_route": ("dense", "gram"),  # kappalab.deep.methods
     "features_precision": ("float64", "float32"),  # kappalab.reproduce.table3.measures
+    "tail_precision": ("float64", "float32"),  # kappalab.reproduce.table3.real
     "theta0_statistics": ("imagenet", "d_p"),  # kappalab.reproduce.table3.real
     "dummy_side": ("input", "output"),  # kappalab.dummy_layer
     "on_degenerate": ("raise", "warn", "ignore"),  # kappalab.spectral
@@ -195,6 +200,10 @@ def _check_values(cfg: "Table3Config", where: str) -> None:
             fail(name, "one of " + ", ".join(map(repr, allowed)))
     if not cfg.momentum < 1:
         fail("momentum", "< 1")
+    if cfg.tail_precision == "float32" and cfg.pretrain_data is None:
+        fail("tail_precision", "'float64' outside the real network (--arch efficientnet_lite0)")
+    if cfg.tail_precision == "float32" and cfg.features_precision != "float32":
+        fail("features_precision", "'float32' with tail_precision 'float32' (features computed in float32)")
     for name, epochs in (cfg.method_epochs or {}).items():
         if not epochs >= 1:
             raise ConfigError(f"config {where}: method_epochs.{name} must be >= 1, got {epochs!r}")

@@ -59,8 +59,8 @@ CLASSES = 10
 
 @dataclass(frozen=True, eq=False)
 class RealData:
-    """Trunk activations (float64) and labels of each (task ``"P"``/``"H"``, part), with their provenance and the
-    cost of loading them (``load``: CPU and wall seconds)."""
+    """Trunk activations (in the tail's dtype) and labels of each (task ``"P"``/``"H"``, part), with their
+    provenance and the cost of loading them (``load``: CPU and wall seconds)."""
 
     parts: dict[str, Parts]
     X: dict[tuple[str, str], torch.Tensor]
@@ -77,11 +77,13 @@ class RealData:
 
 
 def load_real_data(cfg: Table3Config) -> tuple[nn.Module, RealData]:
-    """The pretrained network (float64, eval mode) and the cached trunk activations of both tasks' parts."""
+    """The pretrained network (eval mode) and the cached trunk activations of both tasks' parts, both in the tail's
+    dtype (``cfg.tail_precision``)."""
     from ...deep.efficientnet import WEIGHTS_SHA256, load_efficientnet_lite0
     from ...deep.trunk import cached_trunk
 
     cpu, wall = time.process_time(), time.perf_counter()
+    dtype = getattr(torch, cfg.tail_precision)
     net = load_efficientnet_lite0(dtype=torch.float32)
     parts, X, y, trunk = {}, {}, {}, {}
     for tag, name in (("P", cfg.pretrain_data), ("H", cfg.harmful)):
@@ -89,15 +91,15 @@ def load_real_data(cfg: Table3Config) -> tuple[nn.Module, RealData]:
         acts, trunk[tag] = cached_trunk(net, WEIGHTS_SHA256, parts[tag].all_images(), cfg.trunk_cut,
                                         cfg.image_size)
         for part, rows in parts[tag].offsets().items():
-            X[tag, part] = torch.from_numpy(acts[rows]).to(torch.float64)
+            X[tag, part] = torch.from_numpy(acts[rows]).to(dtype)
             y[tag, part] = torch.from_numpy(parts[tag].labels[part])
         if VALIDATION in parts[tag].labels:
             acts, trunk[f"{tag}_{VALIDATION}"] = cached_trunk(net, WEIGHTS_SHA256, parts[tag].images[VALIDATION],
                                                               cfg.trunk_cut, cfg.image_size)
-            X[tag, VALIDATION] = torch.from_numpy(acts).to(torch.float64)
+            X[tag, VALIDATION] = torch.from_numpy(acts).to(dtype)
             y[tag, VALIDATION] = torch.from_numpy(parts[tag].labels[VALIDATION])
     load = {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}
-    return net.to(torch.float64).eval(), RealData(parts, X, y, trunk, WEIGHTS_SHA256, load)
+    return net.to(dtype).eval(), RealData(parts, X, y, trunk, WEIGHTS_SHA256, load)
 
 
 def fit_head(F: torch.Tensor, y: torch.Tensor, l2: float, max_iter: int = 300) -> nn.Linear:
@@ -302,7 +304,8 @@ def real_bench(plan: Plan) -> tuple[RealBench, dict[str, Any]]:
     # asks for it; None: the float64 default rule of the runs recorded before
     rtol = (features_rtol(max(n_heldout.values()), net.num_features) if plan.cfg.features_precision == "float32"
             else None)
-    bench = RealBench(data, task, copy.deepcopy(net.classifier).requires_grad_(False), rtol,
+    imagenet_head = copy.deepcopy(net.classifier).to(torch.float64).requires_grad_(False)  # on float64 features
+    bench = RealBench(data, task, imagenet_head, rtol,
                       plan.work_dir(data.identity(plan.cfg)), Theta0())
     return bench, data.identity(plan.cfg)
 

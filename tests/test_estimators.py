@@ -201,3 +201,28 @@ def test_fewer_samples_than_features_give_the_group_estimators_and_no_exact_one(
     assert "needs N >= D" in exact.ci_note
     ref = _ref_groups(hi, h0, pi, p0, _ref_kappa, seed=2, groups=3, size=6)
     assert (est["groups"].term_i, est["groups"].term_ii, est["groups"].rir) == pytest.approx(ref, rel=1e-12)
+
+
+def test_the_authors_ratio_reads_a_reference_computed_once_per_content(monkeypatch: pytest.MonkeyPatch) -> None:
+    """theta_0's groups are measured at every checkpoint: their log kappa is computed once per content, the value
+    the uncached rule gives, and a reference that differs in one entry is computed anew."""
+    from kappalab import estimators
+
+    rng = np.random.default_rng(11)
+    FI, F0 = rng.standard_normal((30, 12)), rng.standard_normal((30, 12))
+    real = estimators.log_kappa_authors
+    expected = float(np.exp(real(FI) - real(F0)))
+    calls = []
+
+    def counted(F):
+        calls.append(F.shape)
+        return real(F)
+
+    monkeypatch.setattr(estimators, "log_kappa_authors", counted)
+    monkeypatch.setattr(estimators, "_REFERENCE_LOG_KAPPA", type(estimators._REFERENCE_LOG_KAPPA)())
+    ratio = estimators.kappa_ratio("authors")
+    assert ratio(FI, F0) == expected and ratio(FI, F0.copy()) == expected
+    assert len(calls) == 3  # FI twice, F0 once
+    changed = F0.copy()
+    changed[3, 4] *= 2.0
+    assert ratio(FI, changed) == float(np.exp(real(FI) - real(changed))) and len(calls) == 5

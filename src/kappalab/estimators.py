@@ -34,8 +34,10 @@ The group code here is also what :func:`kappalab.deep.metrics.rir_theta0` runs (
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Literal
@@ -119,14 +121,35 @@ def log_kappa_authors(F: Array, shift: float = AUTHORS_SHIFT) -> Array:
     return namespace(F).log(kappa_shifted(F.T @ F, shift))  # the official rule's one home: kappalab.kappa
 
 
+#: the reference features' log kappa under the authors' rule, by content: a run measures theta_0's same groups at
+#: every checkpoint, and each value costs a D x D eigendecomposition (digest of dtype, shape and bytes -> value)
+_REFERENCE_LOG_KAPPA: OrderedDict[bytes, float] = OrderedDict()
+_REFERENCE_CACHE_SIZE = 512
+
+
+def _reference_log_kappa_authors(F: np.ndarray) -> float:
+    """:func:`log_kappa_authors` of a NumPy reference ``F``, computed once per content (the same bytes give the
+    same value; at most :data:`_REFERENCE_CACHE_SIZE` kept, the oldest dropped)."""
+    F = np.ascontiguousarray(F)
+    key = hashlib.blake2b(f"{F.dtype.str}{F.shape}".encode() + F.tobytes(), digest_size=20).digest()
+    if key not in _REFERENCE_LOG_KAPPA:
+        _REFERENCE_LOG_KAPPA[key] = float(log_kappa_authors(F))
+        if len(_REFERENCE_LOG_KAPPA) > _REFERENCE_CACHE_SIZE:
+            _REFERENCE_LOG_KAPPA.popitem(last=False)
+    return _REFERENCE_LOG_KAPPA[key]
+
+
 def kappa_ratio(kappa: Kappa, rtol: float | None = None) -> Callable[[Array, Array], float]:
     """``(F_I, F_0) -> kappa(H~(F_I)) / kappa(H~(F_0))`` for ``kappa``: ``"pinv"`` (ours,
     :func:`kappalab.kappa.kappa_of_features` at ``rtol``) or ``"authors"`` (``exp(log kappa_I - log kappa_0)`` of
-    :func:`log_kappa_authors`)."""
+    :func:`log_kappa_authors`; a NumPy reference ``F_0``'s value is computed once per content)."""
     if kappa == "pinv":
         return lambda FI, F0: float(kappa_of_features(FI, rtol)) / float(kappa_of_features(F0, rtol))
     if kappa == "authors":
-        return lambda FI, F0: float(namespace(FI).exp(log_kappa_authors(FI) - log_kappa_authors(F0)))
+        def ratio(FI: Array, F0: Array) -> float:
+            reference = log_kappa_authors(F0) if is_torch(F0) else _reference_log_kappa_authors(F0)
+            return float(namespace(FI).exp(log_kappa_authors(FI) - reference))
+        return ratio
     raise ValueError(f"estimator must be one of {KAPPAS}, got {kappa!r}")
 
 

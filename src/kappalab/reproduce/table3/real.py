@@ -22,7 +22,9 @@
   without kappa (:func:`utility`); the held-out features themselves are kept under the work folder
   (``features.npz``, from which ``experiments/table3_real_store.py`` builds the committed store), beside theta_I's
   trained weights (``theta_I.pt``, the model's state dict, for attackers that change the extractor; not
-  committed). A run whose training diverges is recorded with ``diverged`` and its checkpoints so far (:func:`method_record`).
+  committed). A run whose training diverges is recorded with ``diverged`` and its checkpoints so far
+  (:func:`method_record`). ``tail_precision: "float32"`` runs the tail in the trunk cache's float32 (the features,
+  heads and spectra stay float64: :class:`kappalab.deep.ImmunizableModel`).
 * Where the config draws a validation part (``per_class.validation``), every record also holds ``validation``
   (:func:`validation_measures`: the D_P head's accuracy there and, for a method, the group RIR there), which the
   selection of a setting reads (:mod:`.grid`; ``--grid`` runs its points: :meth:`.plan.Plan.points`).

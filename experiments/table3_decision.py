@@ -24,10 +24,12 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "reproduction"
 POWERED = DOCS / "table3" / "powered"
 DIRECTIONS = {"fmnist_vs_mnist": "D_P Fashion-MNIST / D_H MNIST", "mnist_vs_fmnist": "D_P MNIST / D_H Fashion-MNIST"}
 #: a store's protocol folder -> its title (``<protocol>_frozen_bn``: the tail's BatchNorm statistics frozen during
-#: immunization, ``--set norm_statistics=frozen``; the others train with batch statistics, the authors' code's)
-SETTINGS = {"paper": "paper protocol", "official": "official protocol",
-            "paper_frozen_bn": "paper protocol, BatchNorm statistics frozen",
-            "official_frozen_bn": "official protocol, BatchNorm statistics frozen"}
+#: immunization, ``--set norm_statistics=frozen``; the others train with batch statistics, the authors' code's;
+#: ``..._f32``: the tail in float32, ``--set tail_precision=float32``)
+SETTINGS = {f"{protocol}{bn}{f32}": f"{protocol} protocol{bn_title}{f32_title}"
+            for protocol in ("paper", "official")
+            for bn, bn_title in (("", ""), ("_frozen_bn", ", BatchNorm statistics frozen"))
+            for f32, f32_title in (("", ""), ("_f32", ", tail in float32"))}
 
 
 def store_paths() -> dict[str, Path]:

@@ -29,8 +29,12 @@ def fmt_weight(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _ms(values: list[float], fmt: str = "{:.3f}") -> str:
-    return format_mean_std(*mean_std(values), fmt)
+def _ms_of(values: list[float | None], fmt: str = "{:.4g}") -> str:
+    """Mean ± std of the values given (one value alone as it is; none: n.a.)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "n.a."
+    return format_mean_std(*mean_std(values), fmt) if len(values) > 1 else fmt.format(values[0])
 
 
 def aggregate(records: list[dict[str, Any]], out: Path, title: str, suffix: str = "") -> str:
@@ -57,22 +61,22 @@ def aggregate(records: list[dict[str, Any]], out: Path, title: str, suffix: str 
              "|---|---|---|---|---|---|---|" + ("---|---|---|---|" if both else "") + "---|---|"]
     if "init" in by:
         lines.append("| Init. θ0 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | 1.0 | " + ("1.0 | 1.0 | 1.0 | 1.0 | " if both else "")
-                     + f"{_ms([100 * r['dp_test_acc'] for r in by['init']], '{:.2f}')} | "
-                     f"{_ms([r['wall_s'] for r in by['init']], '{:.0f}')} |")
+                     + f"{_ms_of([100 * r['dp_test_acc'] for r in by['init']], '{:.2f}')} | "
+                     f"{_ms_of([r['wall_s'] for r in by['init']], '{:.0f}')} |")
     for m in METHODS:
         if m not in by:
             continue
         rs = by[m]
 
         def g(k: str, key: str = "rir") -> str:
-            return _ms([r[key][k] for r in rs])
+            return _ms_of([r[key][k] for r in rs], "{:.3f}")
 
         authors = (" | ".join(g(k, "rir_authors") for k in ("est_i", "est_ii", "est_rir", "exact_rir")) + " | "
                    if both else "")
         lines.append(f"| {METHOD_LABELS[m]} | {g('est_i')} | {g('est_ii')} | {g('est_rir')} | "
                      f"{g('exact_i')} | {g('exact_ii')} | {g('exact_rir')} | {authors}"
-                     f"{_ms([100 * r['dp_test_acc'] for r in rs], '{:.2f}')} | "
-                     f"{_ms([r['wall_s'] for r in rs], '{:.0f}')} |")
+                     f"{_ms_of([100 * r['dp_test_acc'] for r in rs], '{:.2f}')} | "
+                     f"{_ms_of([r['wall_s'] for r in rs], '{:.0f}')} |")
     conf = next((r["provenance"]["config"] for r in records if r["method"] != "init"), None)
     if conf is not None:
         ep = conf.get("method_epochs") or {}
@@ -118,14 +122,6 @@ def _estimator_labels(records: list[dict[str, Any]]) -> dict[str, str]:
     config = next(r["identity"]["config"] for r in records)
     groups = f"{config['rir_groups']} groups of {config['rir_group_size']}"
     return {"exact": "exact (all held-out)", "groups": f"ours, {groups}", "authors": f"authors', {groups}"}
-
-
-def _ms_of(values: list[float | None], fmt: str = "{:.4g}") -> str:
-    """Mean ± std of the values given (one value alone as it is; none: n.a.)."""
-    values = [v for v in values if v is not None]
-    if not values:
-        return "n.a."
-    return format_mean_std(*mean_std(values), fmt) if len(values) > 1 else fmt.format(values[0])
 
 
 def _interval(records: list[dict[str, Any]], estimator: str) -> str:

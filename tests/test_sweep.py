@@ -37,6 +37,20 @@ WORKERS_SOURCE = textwrap.dedent('''
         if params.get("full_disk") and params["name"] == "j2":  # writing its own output file fails
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), params["full_disk"])
         return {"square": params["x"] ** 2, "omp": os.environ.get("OMP_NUM_THREADS")}
+
+    def writes_slowly(params):
+        """Job "writer" stays inside an atomic write until the pool is torn down; job "failer" fails once the
+        writer's temporary file exists."""
+        from kappalab.atomic_io import atomic_open
+        folder = Path(params["folder"])
+        if params["name"] == "writer":
+            with atomic_open(folder / "out.bin") as handle:
+                handle.write(b"partial")
+                time.sleep(60)
+            return {}
+        while not list(folder.glob(".out.bin.*.tmp")):
+            time.sleep(0.01)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "other.npy"))
 ''')
 
 
@@ -177,6 +191,20 @@ def test_a_full_disk_in_a_worker_is_one_line_naming_its_file(tmp_path: Path, wor
     assert run_sweep(make_jobs(4, tmp_path / "log2"), workers_module.square, store, progress=False).completed \
         == 4 - len(first)
     assert not first & set(logged(tmp_path / "log2"))
+
+
+def test_a_pool_torn_down_by_a_fault_leaves_no_temporary_file(tmp_path: Path, workers_module) -> None:
+    """One worker's full disk tears the pool down while the other is inside an atomic write: that worker is
+    stopped by SIGTERM, which must still run its cleanup (measured before the fix: its ``.out.bin.*.tmp`` stayed,
+    the race behind a flaky CLI test), and the sweep returns within the sleep it interrupted."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    jobs = [Job(name, {"name": name, "folder": str(folder)}) for name in ("writer", "failer")]
+    start = time.perf_counter()
+    with pytest.raises(DiskWriteError, match="other.npy: No space left on device"):
+        run_sweep(jobs, workers_module.writes_slowly, RunStore(tmp_path / "runs.jsonl"), workers=2, progress=False)
+    assert time.perf_counter() - start < 50, "the writer was waited for, not stopped"
+    assert sorted(p.name for p in folder.iterdir()) == []
 
 
 def test_a_full_disk_in_a_batched_runner_is_one_line(tmp_path: Path) -> None:

@@ -154,7 +154,8 @@ def limit_threads(n: int = 1) -> None:
 
 
 def _init_worker(threads: int) -> None:
-    """A pool worker: Ctrl-C is the parent's (it terminates the pool), ``threads`` BLAS/torch threads, and tqdm
+    """A pool worker: Ctrl-C is the parent's (it terminates the pool), the pool's SIGTERM unwinds the job (so an
+    atomic write in progress removes its temporary file: :func:`_stop`), ``threads`` BLAS/torch threads, and tqdm
     with a thread lock. tqdm's default lock is a multiprocessing semaphore registered with the resource tracker;
     a worker terminated by the pool never unregisters it, and the tracker then printed "leaked semaphore objects"
     after the sweep's last line (measured: almost every Ctrl-C once the workers train). A worker draws no bar of its
@@ -164,8 +165,16 @@ def _init_worker(threads: int) -> None:
     from tqdm import tqdm
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop)
     limit_threads(threads)
     tqdm.set_lock(threading.RLock())
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM in a pool worker (``Pool.terminate`` after another job's fault): leave by ``SystemExit``, which
+    ``_call`` does not catch, so the job's ``finally`` blocks run (an unhandled SIGTERM kills the process where it
+    stands, and a temporary file it was writing stayed behind). The pool joins the worker after it."""
+    raise SystemExit(128 + signum)
 
 
 def _eta(seconds: float) -> str:

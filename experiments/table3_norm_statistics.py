@@ -1,0 +1,125 @@
+"""Where a batch-statistics run's D_P accuracy went: its weights, or the tail's BatchNorm running statistics.
+
+Under the authors' code's BatchNorm (``norm_statistics: "batch"``) every minibatch the objective forwards in training
+mode moves the tail's running statistics (momentum 0.1), D_H's as well as D_P's; theta_0's were D_P's alone
+(``theta0_statistics: "d_p"``). For each method and control run of a powered store whose ``theta_I.pt`` is in the
+work folder, this measures the model's own D_P head on D_P's test and validation parts twice: as trained (the
+record's ``utility.dp_test_acc``, recomputed here and checked against it) and after re-estimating the tail's running
+statistics on D_P's training activations, the weights unchanged
+(:meth:`kappalab.deep.ImmunizableModel.estimate_norm_statistics`, the rule theta_0's statistics came from). A drop
+that the re-estimation undoes came from the statistics.
+
+Usage (the deep environment):
+    PYTHONPATH=src .venv-deep/bin/python experiments/table3_norm_statistics.py STORE_DIR [--work DIR]
+writes ``STORE_DIR/norm_statistics.json`` (one entry per run, with provenance) and prints its table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from kappalab.atomic_io import write_json
+from kappalab.data.fetch import cache_dir
+from kappalab.deep import accuracy
+from kappalab.estimators import estimate_all
+from kappalab.provenance import provenance
+from kappalab.reproduce.table3.config import FIELD_NAMES, load_table3_config
+from kappalab.reproduce.table3.constants import VALIDATION
+from kappalab.reproduce.table3.real import build_task, load_real_data, part_features
+
+#: the same weights through the same float64 features path: equal up to summation order (a re-run's BLAS)
+FEATURES_RTOL = 1e-9
+#: the group estimator's bootstrap resamples (its interval; the records' use 1000)
+N_BOOT = 1000
+
+
+def config_of(record: dict):
+    """The run's Table3Config, rebuilt from its identity (the shipped config with every recorded field)."""
+    recorded = record["identity"]["config"]
+    base = load_table3_config(f"{recorded['arch']}_{recorded['harmful']}", protocol=record["protocol"])
+    return dataclasses.replace(base, **{k: v for k, v in recorded.items() if k in FIELD_NAMES})
+
+
+def measure(store: Path, work: Path) -> list[dict]:
+    records = [json.loads(line) for line in (store / "runs.jsonl").read_text().splitlines() if line.strip()]
+    runs = [r for r in records if r["method"] != "init" and "diverged" not in r
+            and (work / r["key"].replace("/", "_") / "theta_I.pt").is_file()]
+    if not runs:
+        sys.exit(f"{store}: no run with its theta_I.pt under {work}; rerun the store's command to regenerate them")
+    cfg = config_of(runs[0])
+    net, data = load_real_data(cfg)
+    task = build_task(net, data, cfg)
+    parts = {"test": (data.X["P", "test"], data.y["P", "test"]),
+             VALIDATION: (data.X["P", VALIDATION], data.y["P", VALIDATION])}
+    out = []
+    for r in runs:
+        if r["identity"]["data"] != runs[0]["identity"]["data"]:
+            raise SystemExit(f"{r['key']}: another data draw than {runs[0]['key']}'s; one store, one draw")
+        folder = work / r["key"].replace("/", "_")
+        model = task.theta0(r["seed"])
+        state = torch.load(folder / "theta_I.pt", weights_only=True)
+        model.load_state_dict(state)
+        trained = {p: accuracy(model, xy) for p, xy in parts.items()}
+        if abs(trained["test"] - r["utility"]["dp_test_acc"]) > 1e-12:
+            raise SystemExit(f"{r['key']}: theta_I.pt gives D_P test accuracy {trained['test']}, its record "
+                             f"{r['utility']['dp_test_acc']}: not this run's weights")
+        with np.load(folder / "features.npz") as kept:
+            F0 = {t: kept[f"{t}_0"] for t in ("P", "H")}
+            FI = part_features(model, data)
+            for t in ("P", "H"):  # the weights and statistics the run measured
+                scale = np.abs(kept[f"{t}_I"]).max()
+                if np.abs(FI[t] - kept[f"{t}_I"]).max() > FEATURES_RTOL * scale:
+                    raise SystemExit(f"{r['key']}: theta_I.pt's {t} features differ from the run's features.npz")
+        model.estimate_norm_statistics(data.X["P", "train"])
+        refit = {p: accuracy(model, xy) for p, xy in parts.items()}
+        groups = estimate_all(F0["P"], F0["H"], *part_features(model, data).values(), seed=r["seed"],
+                              groups=cfg.rir_groups, group_size=cfg.rir_group_size, n_boot=N_BOOT,
+                              rtol=r["rank_rtol"], exact=False)["groups"]
+        config = r["identity"]["config"]
+        out.append({"key": r["key"], "method": r["method"], "seed": r["seed"], "eta": config["eta"],
+                    "lambda_multiple": config.get("lambda_multiple", 1.0), "dp_acc_as_trained": trained,
+                    "dp_acc_statistics_reestimated": refit, "dp_probe_acc": r["utility"]["dp_probe_acc"],
+                    "rir_groups_as_trained": r["estimates"]["groups"]["rir"],
+                    "rir_groups_statistics_reestimated": groups.rir, "rir_groups_reestimated_ci": groups.ci95})
+    return out
+
+
+def table(entries: list[dict], theta0: float) -> str:
+    lines = ["| method | eta | lambda multiple | D_P test acc.: as trained | statistics re-estimated on D_P | "
+             "a fresh D_P probe (record) | group RIR: as trained (record) | statistics re-estimated [interval] |",
+             "|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        lo, hi = e["rir_groups_reestimated_ci"]
+        lines.append(f"| {e['method']} | {e['eta']:g} | {e['lambda_multiple']:g} | "
+                     f"{100 * e['dp_acc_as_trained']['test']:.1f}% | "
+                     f"{100 * e['dp_acc_statistics_reestimated']['test']:.1f}% | {100 * e['dp_probe_acc']:.1f}% | "
+                     f"{e['rir_groups_as_trained']:.3g} | {e['rir_groups_statistics_reestimated']:.3g} "
+                     f"[{lo:.3g}, {hi:.3g}] |")
+    return f"theta_0's D_P test accuracy: {100 * theta0:.1f}%\n\n" + "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("store", type=Path, help="a powered store's folder (its runs.jsonl)")
+    ap.add_argument("--work", type=Path, default=cache_dir() / "table3-real" / "work")
+    args = ap.parse_args()
+    entries = measure(args.store, args.work)
+    records = [json.loads(line) for line in (args.store / "runs.jsonl").read_text().splitlines() if line.strip()]
+    theta0 = next(r["utility"]["dp_test_acc"] for r in records if r["method"] == "init")
+    write_json(args.store / "norm_statistics.json",
+               {"runs": entries, "theta0_dp_test_acc": theta0,
+                "provenance": provenance(None, {"store": str(args.store)}, data_label="D_P test / validation parts")},
+               indent=1)
+    print(table(entries, theta0))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

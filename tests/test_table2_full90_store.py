@@ -86,13 +86,20 @@ def test_the_opening_table_is_what_the_records_say():
 
 
 def test_a_merged_store_holds_exactly_its_parts_records():
-    """full90/<protocol>/ (written by ``--merge`` from the parts) has the parts' records of that protocol, each as
-    stored in its part (the same key, identity and result), and no other."""
+    """Each merged store under full90/ (written by ``--merge``) has exactly the records of the parts its merge
+    report names (the same key, identity and result as stored in the part), and every committed part is merged
+    into exactly one store."""
     merged = sorted(p for p in ROOT.glob("*/runs_*.jsonl") if p.parent.name != "parts")
     assert merged, "no merged store under full90/"
+    named: list[Path] = []
     for store in merged:
+        report = json.loads((store.parent / store.name.replace("runs_", "merge_").replace(".jsonl", ".json"))
+                            .read_text())
+        sources = [ROOT.parents[3] / s["source"] for s in report["sources"]]
+        named += sources
         mine = {r["key"]: r for r in map(json.loads, store.read_text().splitlines())}
-        parts = {r["key"]: r for _, r in _records() if store.name == f"runs_{r['params']['protocol']}.jsonl"}
-        assert mine.keys() == parts.keys(), store
+        parts = {r["key"]: r for folder, r in _records() if folder in sources}
+        assert mine.keys() == parts.keys() and len(mine) == report["merged"], store
         for key, r in mine.items():
             assert (r["identity"], r["result"]["gram"]) == (parts[key]["identity"], parts[key]["result"]["gram"]), key
+    assert sorted(named) == sorted({store.parent for store in PARTS}), "a part merged twice or never"

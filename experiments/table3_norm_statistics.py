@@ -17,7 +17,6 @@ writes ``STORE_DIR/norm_statistics.json`` (one entry per run, with provenance) a
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ from kappalab.data.fetch import cache_dir
 from kappalab.deep import accuracy
 from kappalab.estimators import estimate_all
 from kappalab.provenance import provenance
-from kappalab.reproduce.table3.config import FIELD_NAMES, load_table3_config
+from kappalab.reproduce.table3.config import config_of_record
 from kappalab.reproduce.table3.constants import VALIDATION
 from kappalab.reproduce.table3.real import build_task, load_real_data, part_features
 
@@ -40,20 +39,13 @@ FEATURES_RTOL = 1e-9
 N_BOOT = 1000
 
 
-def config_of(record: dict):
-    """The run's Table3Config, rebuilt from its identity (the shipped config with every recorded field)."""
-    recorded = record["identity"]["config"]
-    base = load_table3_config(f"{recorded['arch']}_{recorded['harmful']}", protocol=record["protocol"])
-    return dataclasses.replace(base, **{k: v for k, v in recorded.items() if k in FIELD_NAMES})
-
-
 def measure(store: Path, work: Path) -> list[dict]:
     records = [json.loads(line) for line in (store / "runs.jsonl").read_text().splitlines() if line.strip()]
     runs = [r for r in records if r["method"] != "init" and "diverged" not in r
             and (work / r["key"].replace("/", "_") / "theta_I.pt").is_file()]
     if not runs:
         sys.exit(f"{store}: no run with its theta_I.pt under {work}; rerun the store's command to regenerate them")
-    cfg = config_of(runs[0])
+    cfg = config_of_record(runs[0])
     net, data = load_real_data(cfg)
     task = build_task(net, data, cfg)
     parts = {"test": (data.X["P", "test"], data.y["P", "test"]),

@@ -21,8 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from .problem import loss, rounding_slack
+from .problem import loss, prediction_loss, rounding_slack
 from .registry import Attacker, Model
+
+
+def _loss(A: np.ndarray, Y: np.ndarray, it: Any) -> float:
+    """The harmful loss of an iterate on the rows ``A``: a linear map ``W`` (``A W``) or a deep model's
+    :class:`kappalab.attack.deep_attackers.Snapshot` (its predictions of those rows)."""
+    return loss(A, Y, it) if isinstance(it, np.ndarray) else prediction_loss(it.predict(A), Y)
+
+
+def _slack(A: np.ndarray, Y: np.ndarray, it: Any) -> float:
+    """:func:`kappalab.attack.problem.rounding_slack` of an iterate (a snapshot's on its features)."""
+    if isinstance(it, np.ndarray):
+        return rounding_slack(A, Y, it)
+    return rounding_slack(it.features(A), Y, it.W, it.rounding())
 
 
 @dataclass(frozen=True)
@@ -70,7 +83,7 @@ def _iterate(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: 
             t0 = time.perf_counter()
             W = next(it)
             wall += time.perf_counter() - t0
-            value = loss(A, Y, W)
+            value = _loss(A, Y, W)
             if not math.isfinite(value):
                 break  # diverged: the rest of the curve stays inf
             curve[t], last = value, W
@@ -87,7 +100,7 @@ def tune(model: Model, attacker: Attacker, seed: int, batch_size: int, selection
         curve, kept, _, _ = _iterate(model, attacker, params, seed, batch_size, selection_budget, {selection_budget})
         W = kept.get(selection_budget)
         with np.errstate(over="ignore", invalid="ignore"):
-            value = loss(Av, Yv, W) if W is not None else math.inf
+            value = _loss(Av, Yv, W) if W is not None else math.inf
         losses.append(value if math.isfinite(value) else math.inf)
     best = int(np.argmin(losses))
     return Tuning(dict(attacker.grid[best]), tuple(losses), selection_budget)
@@ -104,8 +117,8 @@ def attack(model: Model, attacker: Attacker, seed: int, *, budgets: tuple[int, .
     for b in budgets:
         W = kept.get(b)
         at_budget[b] = {"train": float(curve[b]) if b < curve.size else math.inf,
-                        "test": loss(*design.test, W) if W is not None else math.inf}
-    return Run(attacker.name, params, curve, at_budget, wall, rounding_slack(*design.train, last), tuning)
+                        "test": _loss(*design.test, W) if W is not None else math.inf}
+    return Run(attacker.name, params, curve, at_budget, wall, _slack(*design.train, last), tuning)
 
 
 def first_reach(curve: np.ndarray, target: float, slack: float, limit: int) -> int | None:

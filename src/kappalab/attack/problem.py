@@ -59,8 +59,13 @@ class Split:
 
 def loss(A: np.ndarray, Y: np.ndarray, W: np.ndarray) -> float:
     """``||A W - Y||_F^2 / (2N)``, from the residual (no expansion, so no cancellation near the optimum)."""
-    R = A @ W - Y
-    return float(np.sum(R * R)) / (2 * A.shape[0])
+    return prediction_loss(A @ W, Y)
+
+
+def prediction_loss(P: np.ndarray, Y: np.ndarray) -> float:
+    """``||P - Y||_F^2 / (2N)`` for predictions ``P`` of the N rows (a linear map's ``A W``, or a deep model's)."""
+    R = P - Y
+    return float(np.sum(R * R)) / (2 * P.shape[0])
 
 
 @dataclass(frozen=True)
@@ -102,13 +107,15 @@ class Factor:
         return self.Vt[:k].T @ ((self.U[:, :k].T @ Y) / self.s[:k, None])
 
 
-def rounding_slack(A: np.ndarray, Y: np.ndarray, W: np.ndarray) -> float:
+def rounding_slack(A: np.ndarray, Y: np.ndarray, W: np.ndarray, input_rounding: float = 0.0) -> float:
     """A bound on the rounding in :func:`loss` at ``W``: ``fl(A W - Y)`` differs from ``A W - Y`` entrywise by at
     most ``gamma (|A| |W| + |Y|)`` with ``gamma = (D + 2) eps`` (the standard dot-product bound), so the loss moves by
     at most ``||R|| ||gamma (|A||W| + |Y|)|| / N`` to first order. Two models whose optima coincide (same column
     space) compute losses at their optima that differ by up to the sum of their slacks; the reach rule
-    (:func:`kappalab.attack.measures.first_reach`) allows that much."""
+    (:func:`kappalab.attack.measures.first_reach`) allows that much. ``input_rounding``: the relative rounding
+    ``A`` itself carries (a deep model's features computed in float32), added to ``gamma`` on the ``|A| |W|``
+    term."""
     gamma = (A.shape[1] + 2) * np.finfo(np.float64).eps
     R = A @ W - Y
-    E = gamma * (np.abs(A) @ np.abs(W) + np.abs(Y))
+    E = (gamma + input_rounding) * (np.abs(A) @ np.abs(W)) + gamma * np.abs(Y)
     return float(np.linalg.norm(R) * np.linalg.norm(E)) / A.shape[0]

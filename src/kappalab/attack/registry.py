@@ -32,6 +32,8 @@ class Model:
     features: Any  #: :class:`kappalab.attack.problem.Split` of ``X theta`` (or of given features)
     inputs: Any | None = None  #: Split of X (None: features only, probe attackers only)
     theta: np.ndarray | None = None
+    #: a deep extractor (:class:`kappalab.attack.deep_attackers.DeepExtractor`; ``inputs`` its trunk activations)
+    deep: Any | None = None
 
     @functools.cached_property
     def factor(self) -> Factor:
@@ -59,10 +61,15 @@ def _probe(fn: Callable[..., Iterator[np.ndarray]], **fixed: Any) -> Start:
     return start
 
 
-def _extractor(model: Model, params: Mapping[str, Any], seed: int, batch_size: int) -> Iterator[np.ndarray]:
-    if model.inputs is None or model.theta is None:
-        raise ValueError("an extractor-changing attacker needs the inputs X and theta, not only features")
+def _extractor(model: Model, params: Mapping[str, Any], seed: int, batch_size: int) -> Iterator[Any]:
+    if model.inputs is None or (model.theta is None and model.deep is None):
+        raise ValueError("an extractor-changing attacker needs the inputs X and theta (or a deep extractor), not "
+                         "only features")
     X, Y = model.inputs.train
+    if model.deep is not None:
+        from .deep_attackers import deep_attack  # torch and peft: the deep environment
+
+        return deep_attack(model.deep, X, Y, seed=seed, batch_size=batch_size, **params)
     return extractor_attack(X, Y, model.theta, seed=seed, batch_size=batch_size, **params)
 
 

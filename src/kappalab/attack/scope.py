@@ -50,6 +50,9 @@ class ModelSpec:
     run_key: str | None = None  #: the run identity theta_I was regenerated from
     rir: float | None = None  #: its recorded RIR (Eq. 15 / 17), for the rank correlation
     features: np.ndarray | None = None  #: the D_H features of a deep extractor (``theta`` None)
+    #: the deep extractor itself (:class:`kappalab.attack.deep_attackers.DeepExtractor`), for the attackers that
+    #: change it (None: its features alone, the probe attackers only)
+    deep: Any | None = None
 
     @property
     def id(self) -> str:
@@ -64,6 +67,7 @@ class Group:
     X: np.ndarray  #: D_H inputs
     y: np.ndarray  #: D_H targets
     models: tuple[ModelSpec, ...]
+    trunk: np.ndarray | None = None  #: the deep extractors' inputs for the same rows (flattened trunk activations)
 
     def model_id(self, spec: ModelSpec) -> str:
         return f"{self.table}/{spec.id}/s{self.seed}" + (f"/{self.pair}" if self.pair else "")
@@ -80,14 +84,18 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
     cfg, known = settings(), registry()
     steps = cfg.reach_factor * max(SLOWDOWN_BUDGETS)
     inputs = Split.of(group.X, group.y, group.seed)
+    trunk = None if group.trunk is None else Split.of(group.trunk, group.y, group.seed)
     # one Model per extractor, so its probe attackers share one SVD (Model.factor)
     models = {spec.id: Model(Split.of(group.X @ spec.theta, group.y, group.seed), inputs, spec.theta)
-              if spec.features is None else Model(Split.of(spec.features, group.y, group.seed))
+              if spec.features is None else Model(Split.of(spec.features, group.y, group.seed),
+                                                  trunk if spec.deep is not None else None, deep=spec.deep)
               for spec in group.models}
-    deep = [spec.id for spec in group.models if spec.features is not None]
+    bare = [spec.id for spec in group.models if spec.features is not None and spec.deep is None]
     changing = [name for name in attackers if known[name].changes_extractor]
-    if deep and changing:
-        raise ValueError(f"{', '.join(changing)} change the extractor: not for the feature-only models {deep}")
+    if bare and changing:
+        raise ValueError(f"{', '.join(changing)} change the extractor: not for the feature-only models {bare}")
+    if trunk is None and any(spec.deep is not None for spec in group.models):
+        raise ValueError("a deep extractor needs the group's trunk activations (Group.trunk)")
     records, curves = [], {}
     for name in attackers:
         runs: dict[str, Run] = {}

@@ -8,10 +8,16 @@ The harmful task is D_H's 10-class labels on those held-out images (one-hot targ
 images drawn again from the record's identity (``per_class``, ``split_seed_real``) and checked against the
 recorded rows' sha256. Models per seed: each method's and control's theta_I (controls with role ``control``), and
 the references ``init`` (theta_0's features: what RIR_theta0 compares with), ``direct`` (the images' pixels in
-[0, 1], theta = I on the inputs) and ``random`` (the pixels through a Gaussian extractor). The tail is not kept,
-so the attackers that change the extractor (fine-tuning, LoRA) are not run here.
+[0, 1], theta = I on the inputs) and ``random`` (the pixels through a Gaussian extractor).
 
-Usage: ``python -m kappalab.attack.table3 --store STORE_DIR [--work DIR] [--out docs/attacks]``.
+The attackers that change the extractor (fine-tuning, LoRA: :mod:`.deep_attackers`) need the deep environment
+(timm, peft) and each run's ``theta_I.pt`` in the work folder: the tail is rebuilt from the run's config
+(:func:`kappalab.reproduce.table3.config.config_of_record`), its weights loaded, and its D_H features checked
+against the run's ``features.npz`` (:data:`FEATURES_RTOL`) before any attack, so that they attack the extractor the
+probe attackers see. theta_0's tail is theta_0 as the runs built it; ``direct`` and ``random`` are attacked on the
+pixels, as in Tables 1 and 2.
+
+Usage: ``python -m kappalab.attack.table3 --store STORE_DIR [--work DIR] [--out docs/attacks] [--attackers ...]``.
 """
 
 from __future__ import annotations
@@ -26,10 +32,13 @@ import numpy as np
 
 from kappalab.deep.methods import CONTROLS
 
-from .registry import PROBE_ATTACKERS
+from .registry import PROBE_ATTACKERS, registry
 from .scope import Group, ModelSpec, finish, random_extractor, run_groups
 
 DEFAULT_STORE = Path("docs/reproduction/table3/powered/pilot/fmnist_vs_mnist/paper")
+#: a rebuilt tail's D_H features against the run's kept ones, relative to their largest entry: the same weights
+#: and float64 path, equal up to summation order
+FEATURES_RTOL = 1e-9
 
 
 def harmful_heldout(config: dict, recorded_rows_sha256: str) -> tuple[np.ndarray, np.ndarray]:
@@ -45,30 +54,80 @@ def harmful_heldout(config: dict, recorded_rows_sha256: str) -> tuple[np.ndarray
     return parts.images["heldout"].reshape(len(rows), -1) / 255.0, parts.labels["heldout"]
 
 
-def groups(store: Path, work: Path) -> tuple[list[Group], str]:
-    """One group per seed of the store: every method and control run of that seed, and the references."""
-    records = [json.loads(line) for line in (store / "runs.jsonl").read_text().splitlines() if line.strip()]
+class Tails:
+    """The deep extractors of one store's runs (the deep environment): the task rebuilt once from the first run's
+    config, theta_0's model per seed, theta_I's from each run's ``theta_I.pt``."""
+
+    def __init__(self, first: dict, device: str = "cpu") -> None:
+        from kappalab.reproduce.table3.config import config_of_record
+        from kappalab.reproduce.table3.real import build_task, load_real_data
+
+        self.device = device
+        cfg = config_of_record(first)
+        net, self.data = load_real_data(cfg)
+        self.task = build_task(net, self.data, cfg)
+        acts = self.data.X["H", "heldout"]
+        self.shape = tuple(acts.shape[1:])
+        self.trunk = acts.double().numpy().reshape(acts.shape[0], -1)
+
+    def extractor(self, seed: int, weights: Path | None, kept: np.ndarray, name: str):
+        """theta_0's model (``weights`` None) or theta_I's, checked against its kept D_H features ``kept``."""
+        import torch
+
+        from kappalab.deep import extract_features
+
+        from .deep_attackers import DeepExtractor
+
+        model = self.task.theta0(seed)
+        if weights is not None:
+            if not weights.is_file():
+                raise SystemExit(f"--work: {weights} is missing; rerun the store's command to regenerate it")
+            model.load_state_dict(torch.load(weights, weights_only=True))
+        F = extract_features(model, self.data.X["H", "heldout"]).numpy()
+        if np.abs(F - kept).max() > FEATURES_RTOL * np.abs(kept).max():
+            raise SystemExit(f"{name}: the rebuilt tail's D_H features differ from the run's features.npz")
+        return DeepExtractor(model.to(self.device), self.shape)
+
+
+def groups(store: Path, work: Path, deep: bool = False, device: str = "cpu") -> tuple[list[Group], str]:
+    """One group per seed of the store: every method and control run of that seed (a gridded method at its selected
+    setting), and the references; with
+    ``deep``, each run's tail and theta_0's for the attackers that change the extractor (module docstring)."""
+    from kappalab.reproduce.table3.grid import selected
+
+    # a grid store: each method at its selected setting (none where no setting kept utility)
+    records, _ = selected([json.loads(line) for line in (store / "runs.jsonl").read_text().splitlines()
+                           if line.strip()])
     out, label = [], ""
+    tails = None
     for seed in sorted({r["seed"] for r in records}):
-        runs = [r for r in records if r["seed"] == seed and r["method"] != "init"]
+        runs = [r for r in records if r["seed"] == seed and r["method"] != "init" and "diverged" not in r]
         identity = runs[0]["identity"]
         pixels, labels = harmful_heldout(identity["config"], identity["data"]["H"]["rows_sha256"]["heldout"])
         targets = np.eye(10)[labels]
+        if deep and tails is None:
+            tails = Tails(runs[0], device)
+            if not np.array_equal(tails.data.y["H", "heldout"].numpy(), labels):
+                raise SystemExit(f"{store}: the trunk activations' labels differ from the held-out draw's")
         specs, theta0 = [], None
         for r in runs:
-            path = work / r["key"].replace("/", "_") / "features.npz"
-            if not path.is_file():
-                raise SystemExit(f"--work: {path} is missing; rerun the store's command to regenerate it")
-            with np.load(path) as z:
+            folder = work / r["key"].replace("/", "_")
+            if not (folder / "features.npz").is_file():
+                raise SystemExit(f"--work: {folder / 'features.npz'} is missing; rerun the store's command to "
+                                 "regenerate it")
+            with np.load(folder / "features.npz") as z:
                 theta0 = z["H_0"] if theta0 is None else theta0
-                specs.append(ModelSpec(r["method"], None, "control" if r["method"] in CONTROLS else "immunized",
-                                       r["key"], r["estimates"]["groups"]["rir"], features=z["H_I"]))
+                H_I = z["H_I"]
+            tail = tails.extractor(seed, folder / "theta_I.pt", H_I, r["key"]) if tails else None
+            specs.append(ModelSpec(r["method"], None, "control" if r["method"] in CONTROLS else "immunized",
+                                   r["key"], r["estimates"]["groups"]["rir"], features=H_I, deep=tail))
         dim = pixels.shape[1]
         specs += [ModelSpec("direct", np.eye(dim), "reference"),
-                  ModelSpec("init", None, "reference", features=theta0),
+                  ModelSpec("init", None, "reference", features=theta0,
+                            deep=tails.extractor(seed, None, theta0, "theta_0") if tails else None),
                   ModelSpec("random", random_extractor(dim, seed), "reference")]
         out.append(Group("table3", seed, runs[0]["task"].removeprefix("efficientnet_lite0_"), pixels, targets,
-                         tuple(specs)))
+                         tuple(specs), trunk=None if tails is None else tails.trunk))
         label = (f"EfficientNet-Lite0 {runs[0]['task']} ({runs[0]['protocol']} protocol): D_H held-out features, "
                  f"{len(labels)} images")
     return out, label
@@ -81,17 +140,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, default=DEFAULT_STORE, help="a powered store's folder (its runs.jsonl)")
     ap.add_argument("--work", type=Path, help="the runs' work folder (default: the cache's table3-real/work)")
     ap.add_argument("--out", type=Path, default=Path("docs/attacks"))
-    ap.add_argument("--attackers", default=",".join(PROBE_ATTACKERS))
+    ap.add_argument("--device", default="cpu", help="where finetune and LoRA train the tail (cpu, cuda, cuda:N)")
+    ap.add_argument("--attackers", default=",".join(PROBE_ATTACKERS),
+                    help="comma-separated; finetune and lora_r* need the deep environment and the runs' theta_I.pt")
     args = ap.parse_args(argv)
     attackers = tuple(args.attackers.split(","))
+    known = registry()
+    unknown = [a for a in attackers if a not in known]
+    if unknown:
+        ap.exit(2, f"--attackers: unknown {', '.join(unknown)}; choose from {', '.join(known)}\n")
     if not (args.store / "runs.jsonl").is_file():
         ap.exit(2, f"--store: {args.store / 'runs.jsonl'} does not exist; give a powered store's folder (its "
                    "runs.jsonl), e.g. the default\n")
     start = time.perf_counter()
-    found, label = groups(args.store, args.work or cache_dir() / "table3-real" / "work")
+    deep = any(known[a].changes_extractor for a in attackers)
+    found, label = groups(args.store, args.work or cache_dir() / "table3-real" / "work", deep, args.device)
     records, curves = run_groups(found, attackers)
     config = {"attackers": list(attackers), "store": str(args.store), "config": "kappalab/configs/attack_grid.json",
-              "theta_I": "the features kept by kappalab reproduce table3 --arch efficientnet_lite0"}
+              "theta_I": "the features (and, for finetune and LoRA, the theta_I.pt) kept by kappalab reproduce "
+                         "table3 --arch efficientnet_lite0"}
     return finish(args.out, "table3", records, curves, config, label, start)
 
 

@@ -16,7 +16,7 @@ file read, ``--quick``), which no file or ``--set`` names.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from functools import cache
 from typing import Any, Mapping, get_type_hints
 
@@ -301,3 +301,11 @@ def resolved(cfg: Table3Config) -> dict[str, Any]:
     if cfg.search is not None:
         out["search"] = asdict(cfg.search)
     return out
+
+
+def config_of_record(record: Mapping[str, Any]) -> Table3Config:
+    """A recorded real-network run's config: the shipped config of its arch and D_H under its protocol, with every
+    field its identity records (what the run resolved to, ``--set`` included)."""
+    recorded = record["identity"]["config"]
+    base = load_table3_config(f"{recorded['arch']}_{recorded['harmful']}", protocol=record["protocol"])
+    return replace(base, **{k: v for k, v in recorded.items() if k in FIELD_NAMES})

@@ -23,10 +23,11 @@ from kappalab.methods import DEEP_METHODS
 from kappalab.reproduce.table2.constants import METHOD_LABELS
 
 ROOT = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2"
-STORES = {  #: protocol -> (selection study's store, the 90-pair sweep's store)
-    "paper": (ROOT / "paper_alg1" / "runs_paper_trajectory.jsonl", ROOT / "full90" / "paper" / "runs_paper.jsonl"),
+STORES = {  #: protocol -> (selection study's store, the 90-pair sweep's merged stores)
+    "paper": (ROOT / "paper_alg1" / "runs_paper_trajectory.jsonl",
+              (ROOT / "full90" / "paper" / "runs_paper.jsonl", ROOT / "full90" / "paper_imma_optk" / "runs_paper.jsonl")),
     "official": (ROOT / "official_traj" / "runs_official_trajectory.jsonl",
-                 ROOT / "full90" / "official" / "runs_official.jsonl"),
+                 (ROOT / "full90" / "official" / "runs_official.jsonl",)),
 }
 OUT = ROOT / "full90" / "plain_vs_split.json"
 PAIRS = [(a, (a + 1) % 10) for a in range(10)]
@@ -34,9 +35,9 @@ ETA = 0.001  #: Table 4's MNIST learning rate (the selection studies also hold o
 METHODS = DEEP_METHODS  #: the rows' order
 
 
-def _rir(path: Path, method: str) -> dict[tuple[int, int, int], float]:
+def _rir(paths: tuple[Path, ...], method: str) -> dict[tuple[int, int, int], float]:
     out = {}
-    for r in map(json.loads, path.read_text().splitlines()):
+    for r in (json.loads(line) for path in paths for line in path.read_text().splitlines()):
         p = r["params"]
         if p["method"] == method and (p["a"], p["b"]) in PAIRS and r["identity"]["config"]["eta"] == ETA:
             out[p["a"], p["b"], p["seed"]] = r["result"]["gram"]["rir"]
@@ -47,9 +48,9 @@ def _ranks(x: np.ndarray) -> np.ndarray:
     return np.argsort(np.argsort(x))
 
 
-def compare(split_store: Path, plain_store: Path, method: str) -> dict[str, Any] | None:
-    """One method's shared runs of the two stores (None: no run in both)."""
-    split, plain = _rir(split_store, method), _rir(plain_store, method)
+def compare(split_store: Path, plain_stores: tuple[Path, ...], method: str) -> dict[str, Any] | None:
+    """One method's shared runs of the study and the sweep (None: no run in both)."""
+    split, plain = _rir((split_store,), method), _rir(plain_stores, method)
     keys = sorted(set(split) & set(plain))
     if not keys:
         return None
@@ -65,10 +66,11 @@ def compare(split_store: Path, plain_store: Path, method: str) -> dict[str, Any]
 
 def report() -> dict[str, Any]:
     out: dict[str, Any] = {"command": "python experiments/table2_plain_vs_split.py", "protocols": {}}
-    for protocol, (split_store, plain_store) in STORES.items():
-        methods = {m: c for m in METHODS if (c := compare(split_store, plain_store, m)) is not None}
+    for protocol, (split_store, plain_stores) in STORES.items():
+        methods = {m: c for m in METHODS if (c := compare(split_store, plain_stores, m)) is not None}
         out["protocols"][protocol] = {"split_store": str(split_store.relative_to(ROOT)),
-                                      "plain_store": str(plain_store.relative_to(ROOT)), "methods": methods}
+                                      "plain_stores": [str(p.relative_to(ROOT)) for p in plain_stores],
+                                      "methods": methods}
     return out
 
 

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table2" / "full90"
-STORES = {"paper": ROOT / "paper" / "runs_paper.jsonl", "official": ROOT / "official" / "runs_official.jsonl"}
+#: protocol -> its merged stores (Alg. 1's Ours + R_ill Only, and its IMMA + Opt kappa, merged apart)
+STORES = {"paper": (ROOT / "paper" / "runs_paper.jsonl", ROOT / "paper_imma_optk" / "runs_paper.jsonl"),
+          "official": (ROOT / "official" / "runs_official.jsonl",)}
 OUT = ROOT / "terms.json"
 KAPPAS = {"pinv": lambda result: result["gram"], "shifted": lambda result: result["evaluate"]["shifted"]}
 TERMS = ("term_i", "term_ii", "rir")
@@ -34,9 +36,9 @@ def statistic(records: list[dict[str, Any]], kappa: str, term: str) -> dict[str,
 
 def report() -> dict[str, Any]:
     out: dict[str, Any] = {"command": "python experiments/table2_terms.py", "stores": {}, "rows": []}
-    for protocol, store in STORES.items():
-        out["stores"][protocol] = str(store.relative_to(ROOT))
-        records = [json.loads(line) for line in store.read_text().splitlines()]
+    for protocol, stores in STORES.items():
+        out["stores"][protocol] = [str(store.relative_to(ROOT)) for store in stores]
+        records = [json.loads(line) for store in stores for line in store.read_text().splitlines()]
         for method in sorted({r["params"]["method"] for r in records}):
             mine = [r for r in records if r["params"]["method"] == method]
             for kappa in KAPPAS:

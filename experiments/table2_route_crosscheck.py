@@ -17,7 +17,6 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 
 from kappalab.immunization import immunize
 from kappalab.provenance import provenance

@@ -11,7 +11,8 @@ that the re-estimation undoes came from the statistics.
 
 Usage (the deep environment):
     PYTHONPATH=src .venv-deep/bin/python experiments/table3_norm_statistics.py STORE_DIR [--work DIR]
-writes ``STORE_DIR/norm_statistics.json`` (one entry per run, with provenance) and prints its table.
+writes ``STORE_DIR/norm_statistics.json`` (one entry per run, with provenance; a second call measures only the runs
+added to the store since) and prints its table.
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ FEATURES_RTOL = 1e-9
 N_BOOT = 1000
 
 
-def measure(store: Path, work: Path) -> list[dict]:
+def measure(store: Path, work: Path, done: set[str]) -> list[dict]:
+    """The entries of the store's runs not in ``done`` (keys measured before)."""
     records = [json.loads(line) for line in (store / "runs.jsonl").read_text().splitlines() if line.strip()]
-    runs = [r for r in records if r["method"] != "init" and "diverged" not in r
+    runs = [r for r in records if r["method"] != "init" and "diverged" not in r and r["key"] not in done
             and (work / r["key"].replace("/", "_") / "theta_I.pt").is_file()]
     if not runs:
+        if done:
+            return []
         sys.exit(f"{store}: no run with its theta_I.pt under {work}; rerun the store's command to regenerate them")
     cfg = config_of_record(runs[0])
     net, data = load_real_data(cfg)
@@ -102,13 +106,16 @@ def main() -> int:
     ap.add_argument("store", type=Path, help="a powered store's folder (its runs.jsonl)")
     ap.add_argument("--work", type=Path, default=cache_dir() / "table3-real" / "work")
     args = ap.parse_args()
-    entries = measure(args.store, args.work)
+    out = args.store / "norm_statistics.json"
+    before = json.loads(out.read_text()) if out.is_file() else {"runs": []}  # resumes: measured runs are kept
+    entries = before["runs"] + measure(args.store, args.work, {e["key"] for e in before["runs"]})
     records = [json.loads(line) for line in (args.store / "runs.jsonl").read_text().splitlines() if line.strip()]
+    order = {r["key"]: i for i, r in enumerate(records)}
+    entries.sort(key=lambda e: order[e["key"]])
     theta0 = next(r["utility"]["dp_test_acc"] for r in records if r["method"] == "init")
-    write_json(args.store / "norm_statistics.json",
-               {"runs": entries, "theta0_dp_test_acc": theta0,
-                "provenance": provenance(None, {"store": str(args.store)}, data_label="D_P test / validation parts")},
-               indent=1)
+    write_json(out, {"runs": entries, "theta0_dp_test_acc": theta0,
+                     "provenance": provenance(None, {"store": str(args.store)},
+                                              data_label="D_P test / validation parts")}, indent=1)
     print(table(entries, theta0))
     return 0
 

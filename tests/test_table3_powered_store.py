@@ -96,3 +96,30 @@ def test_figure3_of_every_store_is_drawn_from_its_records(tmp_path):
         assert (path.parent / "figure3.png").exists(), f"{path.parent}: run experiments/table3_decision.py --figures"
         figure3(curves, tmp_path, title)
         assert (tmp_path / "figure3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+NORM_STATISTICS = sorted((ROOT / "docs" / "reproduction" / "table3" / "powered").glob("**/norm_statistics.json"))
+
+
+@pytest.mark.parametrize("path", NORM_STATISTICS, ids=lambda p: str(p.parent.relative_to(ROOT)))
+def test_the_statistics_diagnostic_covers_its_store_and_is_quoted(path):
+    """experiments/table3_norm_statistics.py's JSON has one entry per finished method run of its store, each
+    agreeing with the run's record as trained (D_P test accuracy, group RIR), and table3.md quotes its table."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("norm_statistics", ROOT / "experiments" / "table3_norm_statistics.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    saved = json.loads(path.read_text())
+    records = {r["key"]: r for r in map(json.loads, (path.parent / "runs.jsonl").read_text().splitlines())}
+    finished = {k for k, r in records.items() if r["method"] != "init" and "diverged" not in r}
+    assert [e["key"] for e in saved["runs"]] == [k for k in records if k in finished]
+    for e in saved["runs"]:
+        r = records[e["key"]]
+        assert e["dp_acc_as_trained"]["test"] == r["utility"]["dp_test_acc"]
+        assert e["rir_groups_as_trained"] == r["estimates"]["groups"]["rir"]
+        assert 0 <= e["dp_acc_statistics_reestimated"]["test"] <= 1
+        lo, hi = e["rir_groups_reestimated_ci"]
+        assert lo <= e["rir_groups_statistics_reestimated"] <= hi
+    page = (ROOT / "docs" / "reproduction" / "table3.md").read_text()
+    assert script.table(saved["runs"], saved["theta0_dp_test_acc"]) in page

@@ -1,5 +1,5 @@
 """Every committed real-network Table 3 record that keeps its group spectra (the runs with power: the controls and
-the methods at >= 300 steps) recomputes, in plain NumPy, from what it stores: the groups estimator's terms from
+the methods at >= 300 steps, in powered/ and in the unfinished parts of its sweeps) recomputes, in plain NumPy, from what it stores: the groups estimator's terms from
 ``group_spectra`` and the exact estimator's from ``singular_values``, both at the stored ``rank_rtol``; its
 checkpoints are ordered in steps and end at ``n_steps``."""
 
@@ -13,7 +13,10 @@ import pytest
 from test_table3_measures import _kappa_from_singular_values as _kappa  # the plain-NumPy rank rule, written once
 
 ROOT = Path(__file__).resolve().parents[1]
-STORES = sorted((ROOT / "docs" / "reproduction" / "table3" / "powered").glob("**/runs.jsonl"))
+#: the committed stores with power, and the unfinished parts of such sweeps (their records recompute alike; the
+#: decision table reads powered/ only)
+STORES = sorted(p for folder in ("powered", "unfinished")
+                for p in (ROOT / "docs" / "reproduction" / "table3" / folder).glob("**/runs.jsonl"))
 RECORDS = [r for path in STORES for r in map(json.loads, path.read_text().splitlines()) if "group_spectra" in r]
 
 

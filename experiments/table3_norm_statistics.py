@@ -32,10 +32,9 @@ from kappalab.estimators import estimate_all
 from kappalab.provenance import provenance
 from kappalab.reproduce.table3.config import config_of_record
 from kappalab.reproduce.table3.constants import VALIDATION
+from kappalab.reproduce.table3.measures import same_features
 from kappalab.reproduce.table3.real import build_task, load_real_data, part_features
 
-#: the same weights through the same float64 features path: equal up to summation order (a re-run's BLAS)
-FEATURES_RTOL = 1e-9
 #: the group estimator's bootstrap resamples (its interval; the records' use 1000)
 N_BOOT = 1000
 
@@ -70,8 +69,7 @@ def measure(store: Path, work: Path, done: set[str]) -> list[dict]:
             F0 = {t: kept[f"{t}_0"] for t in ("P", "H")}
             FI = part_features(model, data)
             for t in ("P", "H"):  # the weights and statistics the run measured
-                scale = np.abs(kept[f"{t}_I"]).max()
-                if np.abs(FI[t] - kept[f"{t}_I"]).max() > FEATURES_RTOL * scale:
+                if not same_features(FI[t], kept[f"{t}_I"]):
                     raise SystemExit(f"{r['key']}: theta_I.pt's {t} features differ from the run's features.npz")
         model.estimate_norm_statistics(data.X["P", "train"])
         refit = {p: accuracy(model, xy) for p, xy in parts.items()}

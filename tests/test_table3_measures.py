@@ -160,3 +160,13 @@ def test_kept_checkpoints_survive_a_resume_and_a_retrained_epoch_replaces_its_en
     resumed(3, {"task": 3.0})
     assert [(c["epoch"], c["train_terms"]["task"]) for c in resumed.entries] == [(1, 1.0), (2, 2.5), (3, 3.0)]
     assert [c["epoch"] for c in checkpoints(F0).entries] == [1, 2, 3]  # the file holds them all
+
+
+def test_same_features_accepts_summation_order_and_refuses_another_model():
+    from kappalab.reproduce.table3.measures import KEPT_FEATURES_RTOL, same_features
+
+    kept = np.random.default_rng(0).standard_normal((40, 12))
+    scale = np.abs(kept).max()
+    assert same_features(kept * (1 + 4 * np.finfo(float).eps), kept)  # a few ulps: another summation order
+    assert not same_features(kept + 10 * KEPT_FEATURES_RTOL * scale, kept)  # another model's features
+    assert not same_features(kept[:-1], kept)

@@ -13,7 +13,7 @@ the references ``init`` (theta_0's features: what RIR_theta0 compares with), ``d
 The attackers that change the extractor (fine-tuning, LoRA: :mod:`.deep_attackers`) need the deep environment
 (timm, peft) and each run's ``theta_I.pt`` in the work folder: the tail is rebuilt from the run's config
 (:func:`kappalab.reproduce.table3.config.config_of_record`), its weights loaded, and its D_H features checked
-against the run's ``features.npz`` (:data:`FEATURES_RTOL`) before any attack, so that they attack the extractor the
+against the run's ``features.npz`` (:func:`kappalab.reproduce.table3.measures.same_features`) before any attack, so that they attack the extractor the
 probe attackers see. theta_0's tail is theta_0 as the runs built it; ``direct`` and ``random`` are attacked on the
 pixels, as in Tables 1 and 2.
 
@@ -36,9 +36,6 @@ from .registry import PROBE_ATTACKERS, registry
 from .scope import Group, ModelSpec, finish, random_extractor, run_groups
 
 DEFAULT_STORE = Path("docs/reproduction/table3/powered/pilot/fmnist_vs_mnist/paper")
-#: a rebuilt tail's D_H features against the run's kept ones, relative to their largest entry: the same weights
-#: and float64 path, equal up to summation order
-FEATURES_RTOL = 1e-9
 
 
 def harmful_heldout(config: dict, recorded_rows_sha256: str) -> tuple[np.ndarray, np.ndarray]:
@@ -83,16 +80,17 @@ class Tails:
             if not weights.is_file():
                 raise SystemExit(f"--work: {weights} is missing; rerun the store's command to regenerate it")
             model.load_state_dict(torch.load(weights, weights_only=True))
-        F = extract_features(model, self.data.X["H", "heldout"]).numpy()
-        if np.abs(F - kept).max() > FEATURES_RTOL * np.abs(kept).max():
+        from kappalab.reproduce.table3.measures import same_features
+
+        if not same_features(extract_features(model, self.data.X["H", "heldout"]).numpy(), kept):
             raise SystemExit(f"{name}: the rebuilt tail's D_H features differ from the run's features.npz")
         return DeepExtractor(model.to(self.device), self.shape)
 
 
 def groups(store: Path, work: Path, deep: bool = False, device: str = "cpu") -> tuple[list[Group], str]:
     """One group per seed of the store: every method and control run of that seed (a gridded method at its selected
-    setting), and the references; with
-    ``deep``, each run's tail and theta_0's for the attackers that change the extractor (module docstring)."""
+    setting), and the references; with ``deep``, each run's tail and theta_0's for the attackers that change the
+    extractor (module docstring)."""
     from kappalab.reproduce.table3.grid import selected
 
     # a grid store: each method at its selected setting (none where no setting kept utility)
@@ -102,6 +100,8 @@ def groups(store: Path, work: Path, deep: bool = False, device: str = "cpu") -> 
     tails = None
     for seed in sorted({r["seed"] for r in records}):
         runs = [r for r in records if r["seed"] == seed and r["method"] != "init" and "diverged" not in r]
+        if not runs:  # no method or control of this seed has a selected setting that trained to the end
+            continue
         identity = runs[0]["identity"]
         pixels, labels = harmful_heldout(identity["config"], identity["data"]["H"]["rows_sha256"]["heldout"])
         targets = np.eye(10)[labels]

@@ -45,6 +45,17 @@ def features_rtol(n: int, d: int, dtype: Any = INPUT_DTYPE) -> float:
     return max(n, d) * float(np.finfo(dtype).eps)
 
 
+#: a run's features computed again from its kept weights (``theta_I.pt``) against its kept ``features.npz``,
+#: relative to their largest entry: the same weights and float64 path, equal up to summation order
+KEPT_FEATURES_RTOL = 1e-9
+
+
+def same_features(F: np.ndarray, kept: np.ndarray) -> bool:
+    """Whether features computed again from a run's kept weights are the run's kept ones
+    (:data:`KEPT_FEATURES_RTOL`): the check that a rebuilt model is the model that ran."""
+    return F.shape == kept.shape and bool(np.abs(F - kept).max() <= KEPT_FEATURES_RTOL * np.abs(kept).max())
+
+
 def group_spectra(F0: dict[str, np.ndarray], FI: dict[str, np.ndarray], *, groups: int, group_size: int,
                   seed: int) -> dict[str, list[list[float]]]:
     """``{"H_0", "H_I", "P_0", "P_I"}``: per group (in draw order), the singular values (descending) of the group's

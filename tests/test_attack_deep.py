@@ -1,7 +1,8 @@
 """The attackers that change a deep extractor (kappalab.attack.deep_attackers): fine-tuning and peft's LoRA on a small
 convolutional tail shaped like EfficientNet-Lite0's (1 x 1 expansion, BatchNorm, depthwise, 1 x 1 projection, pool).
 
-Needs peft (the deep environment: scripts/setup_deep.sh); skipped where it is not installed.
+The LoRA cases need peft (the deep environment: scripts/setup_deep.sh) and are skipped, saying so, where it is not
+installed; fine-tuning and the measures run with torch alone, in every environment.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ import pytest
 import torch
 from torch import nn
 
-pytest.importorskip("peft")
+from kappalab.attack.deep_attackers import DeepExtractor, _conv_targets, deep_attack
+from kappalab.attack.measures import attack
+from kappalab.attack.problem import Split
+from kappalab.attack.registry import FUNCTIONS, Attacker, Model
+from kappalab.deep import ImmunizableModel, extract_features
 
-from kappalab.attack.deep_attackers import DeepExtractor, _conv_targets, deep_attack  # noqa: E402
-from kappalab.attack.measures import attack  # noqa: E402
-from kappalab.attack.problem import Split  # noqa: E402
-from kappalab.attack.registry import Attacker, FUNCTIONS, Model  # noqa: E402
-from kappalab.deep import ImmunizableModel, extract_features  # noqa: E402
+
+def _needs_peft(rank):
+    if rank is not None:
+        pytest.importorskip("peft", reason="LoRA is peft's: the deep environment (scripts/setup_deep.sh)")
 
 C_IN, SIDE, D = 6, 3, 12
 
@@ -50,6 +54,7 @@ def test_lora_adapts_the_groups_1_convolutions_only():
 def test_a_step_at_rate_zero_is_theta_I_itself(rank):
     """peft starts B at zero and a zero rate moves nothing: the snapshot's features are theta_I's exactly (adding a
     zero update is exact), and its probe is zero."""
+    _needs_peft(rank)
     model = _model()
     X, Y = _data()
     extractor = DeepExtractor(model, (C_IN, SIDE, SIDE))
@@ -60,6 +65,7 @@ def test_a_step_at_rate_zero_is_theta_I_itself(rank):
 
 
 def test_lora_trains_the_adapters_and_the_probe_not_theta_I():
+    _needs_peft(2)
     model = _model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     X, Y = _data()

@@ -29,10 +29,8 @@ work = cache_dir() / "table3-real" / "work"
 records = [json.loads(line) for line in (args.store / "runs.jsonl").read_text().splitlines() if line.strip()]
 runs = [r for r in records if r["method"] != "init" and (work / r["key"].replace("/", "_") / "theta_I.pt").is_file()]
 run = next((r for r in runs if r["method"] == "ours"), runs[0])
-folder = work / run["key"].replace("/", "_")
 tails = Tails(run)
-with np.load(folder / "features.npz") as kept:
-    extractor = tails.extractor(run["seed"], folder / "theta_I.pt", kept["H_I"], run["key"])
+extractor = tails.theta_I(run, work)
 train, _, _ = split_rows(tails.trunk.shape[0], run["seed"])
 X, Y = tails.trunk[train], np.eye(10)[tails.data.y["H", "heldout"].numpy()][train]
 cfg, known = settings(), registry()

@@ -23,17 +23,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from kappalab.atomic_io import write_json
 from kappalab.data.fetch import cache_dir
 from kappalab.deep import accuracy
 from kappalab.estimators import estimate_all
 from kappalab.provenance import provenance
-from kappalab.reproduce.table3.config import config_of_record
 from kappalab.reproduce.table3.constants import VALIDATION
-from kappalab.reproduce.table3.measures import same_features
-from kappalab.reproduce.table3.real import build_task, load_real_data, part_features
+from kappalab.reproduce.table3.real import kept_model, part_features, rebuilt
 
 #: the group estimator's bootstrap resamples (its interval; the records' use 1000)
 N_BOOT = 1000
@@ -48,35 +45,26 @@ def measure(store: Path, work: Path, done: set[str]) -> list[dict]:
         if done:
             return []
         sys.exit(f"{store}: no run with its theta_I.pt under {work}; rerun the store's command to regenerate them")
-    cfg = config_of_record(runs[0])
-    net, data = load_real_data(cfg)
-    task = build_task(net, data, cfg)
+    data, task = rebuilt(runs[0])
     parts = {"test": (data.X["P", "test"], data.y["P", "test"]),
              VALIDATION: (data.X["P", VALIDATION], data.y["P", VALIDATION])}
     out = []
     for r in runs:
         if r["identity"]["data"] != runs[0]["identity"]["data"]:
             raise SystemExit(f"{r['key']}: another data draw than {runs[0]['key']}'s; one store, one draw")
-        folder = work / r["key"].replace("/", "_")
-        model = task.theta0(r["seed"])
-        state = torch.load(folder / "theta_I.pt", weights_only=True)
-        model.load_state_dict(state)
+        model = kept_model(task, data, r, work)  # checked against the features the run kept
         trained = {p: accuracy(model, xy) for p, xy in parts.items()}
-        if abs(trained["test"] - r["utility"]["dp_test_acc"]) > 1e-12:
+        if trained["test"] != r["utility"]["dp_test_acc"]:
             raise SystemExit(f"{r['key']}: theta_I.pt gives D_P test accuracy {trained['test']}, its record "
                              f"{r['utility']['dp_test_acc']}: not this run's weights")
-        with np.load(folder / "features.npz") as kept:
+        with np.load(work / r["key"].replace("/", "_") / "features.npz") as kept:
             F0 = {t: kept[f"{t}_0"] for t in ("P", "H")}
-            FI = part_features(model, data)
-            for t in ("P", "H"):  # the weights and statistics the run measured
-                if not same_features(FI[t], kept[f"{t}_I"]):
-                    raise SystemExit(f"{r['key']}: theta_I.pt's {t} features differ from the run's features.npz")
         model.estimate_norm_statistics(data.X["P", "train"])
         refit = {p: accuracy(model, xy) for p, xy in parts.items()}
-        groups = estimate_all(F0["P"], F0["H"], *part_features(model, data).values(), seed=r["seed"],
-                              groups=cfg.rir_groups, group_size=cfg.rir_group_size, n_boot=N_BOOT,
-                              rtol=r["rank_rtol"], exact=False)["groups"]
         config = r["identity"]["config"]
+        groups = estimate_all(F0["P"], F0["H"], *part_features(model, data).values(), seed=r["seed"],
+                              groups=config["rir_groups"], group_size=config["rir_group_size"], n_boot=N_BOOT,
+                              rtol=r["rank_rtol"], exact=False)["groups"]
         out.append({"key": r["key"], "method": r["method"], "seed": r["seed"], "eta": config["eta"],
                     "lambda_multiple": config.get("lambda_multiple", 1.0), "dp_acc_as_trained": trained,
                     "dp_acc_statistics_reestimated": refit, "dp_probe_acc": r["utility"]["dp_probe_acc"],

@@ -73,7 +73,7 @@ def test_lora_trains_the_adapters_and_the_probe_not_theta_I():
                         batch_size=16, rank=2)
     snaps = [next(steps) for _ in range(30)]
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items()), "the attack changed theta_I"
-    last = snaps[-1].state
+    last = snaps[-1].model.state_dict()
     base = {k.replace(".base_layer", ""): v for k, v in last.items() if "lora_" not in k}
     assert all(torch.equal(base[k], v) for k, v in before.items() if k in base), "LoRA moved a base weight"
     assert any("lora_B" in k and v.abs().max() > 0 for k, v in last.items()), "the adapters did not train"
@@ -92,7 +92,7 @@ def test_fine_tuning_moves_the_tail_and_a_kept_snapshot_stays_as_it_was():
     for _ in range(20):
         last = next(steps)
     assert np.array_equal(first.predict(X), kept), "a snapshot followed the live model"
-    moved = [k for k, v in last.state.items() if k.startswith("trainable.") and v.dtype.is_floating_point
+    moved = [k for k, v in last.model.state_dict().items() if k.startswith("trainable.") and v.dtype.is_floating_point
              and not torch.equal(v, model.state_dict()[k])]
     assert any(k.endswith("weight") for k in moved)
     assert not any("running" in k for k in moved), "BatchNorm statistics changed: the attack must run in eval mode"

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .extractor_attackers import minibatches
+
 #: rows per forward pass when a snapshot predicts (memory, not results)
 CHUNK = 512
 
@@ -46,14 +48,13 @@ class DeepExtractor:
 
 
 class Snapshot:
-    """The attacked model after one step (its weights and the probe ``W`` copied on their device, nothing read
+    """The attacked model after one step (a copy in eval mode, and the probe ``W``, on their device: nothing read
     back to the host); ``predict(A)`` is ``f(A) W`` (float64, ``N x C``), ``features(A)`` is ``f(A)``."""
 
     def __init__(self, extractor: DeepExtractor, model: nn.Module, W: torch.Tensor) -> None:
         self.extractor = extractor
-        self.state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self.model = copy.deepcopy(model).eval().requires_grad_(False)
         self._W = W.detach().clone()
-        self._template = model
 
     @property
     def W(self) -> np.ndarray:
@@ -61,10 +62,8 @@ class Snapshot:
 
     @torch.no_grad()
     def _features(self, A: np.ndarray) -> torch.Tensor:
-        model = copy.deepcopy(self._template)
-        model.load_state_dict(self.state)
-        model.eval()
-        return torch.cat([model.features(chunk) for chunk in self.extractor.rows(A).split(CHUNK)]).double()
+        X = self.extractor.rows(A)
+        return torch.cat([self.model.features(chunk) for chunk in X.split(CHUNK)]).double()
 
     def features(self, A: np.ndarray) -> np.ndarray:
         return self._features(A).cpu().numpy()
@@ -75,7 +74,7 @@ class Snapshot:
     def rounding(self) -> float:
         """The relative rounding of the features, from the tail's dtype: ``(k + 3) u`` with ``k`` the largest
         fan-in of its layers (the convolution bound of tests/test_deep_dummy.py), ``u`` the dtype's unit."""
-        params = [p for p in self._template.trainable.parameters() if p.ndim > 1]
+        params = [p for p in self.model.trainable.parameters() if p.ndim > 1]
         fan_in = max(int(np.prod(p.shape[1:])) for p in params)
         return (fan_in + 3) * float(torch.finfo(params[0].dtype).eps) / 2
 
@@ -122,14 +121,10 @@ def deep_attack(extractor: DeepExtractor, X: np.ndarray, Y: np.ndarray, *, seed:
     W = torch.zeros(model.feature_dim, targets.shape[1], dtype=torch.float64, device=rows.device,
                     requires_grad=True)
     opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)([*params, W], lr=lr)
-    rng = np.random.default_rng(seed)
-    b = min(batch_size, rows.shape[0])
-    while True:
-        order = rng.permutation(rows.shape[0])
-        for i in range(rows.shape[0] // b):
-            batch = torch.from_numpy(order[i * b:(i + 1) * b]).to(rows.device)
-            opt.zero_grad()
-            residual = model.features(rows[batch]) @ W - targets[batch]
-            ((residual ** 2).sum() / (2 * b)).backward()
-            opt.step()
-            yield Snapshot(extractor, model, W)
+    for picked in minibatches(rows.shape[0], batch_size, np.random.default_rng(seed)):
+        batch = torch.from_numpy(picked).to(rows.device)
+        opt.zero_grad()
+        residual = model.features(rows[batch]) @ W - targets[batch]
+        ((residual ** 2).sum() / (2 * len(picked))).backward()
+        opt.step()
+        yield Snapshot(extractor, model, W)

@@ -36,7 +36,9 @@ class _Optimizer:
             p -= g * self.lr if self.states is None else self.states[i].step(g, self.lr)
 
 
-def _batches(n: int, batch_size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+def minibatches(n: int, batch_size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """Row indices of each step's minibatch: ``batch_size`` rows (at most ``n``) without replacement within an
+    epoch, a new order drawn from ``rng`` each epoch (the linear and the deep extractor attackers alike)."""
     b = min(batch_size, n)
     while True:
         order = rng.permutation(n)
@@ -68,7 +70,7 @@ def extractor_attack(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, *, seed: i
         A_ = rng.uniform(-1 / np.sqrt(D), 1 / np.sqrt(D), size=(rank, D))
         params = [B, A_, W]
     opt = _Optimizer(optimizer, lr, params)
-    for rows in _batches(X.shape[0], batch_size, rng):
+    for rows in minibatches(X.shape[0], batch_size, rng):
         _, dM, dW = batch_grads(X[rows], Y[rows], M if rank is None else theta + B @ A_, W)
         grads = [dM, dW] if rank is None else [dM @ A_.T, B.T @ dM, dW]
         opt.update(params, grads)

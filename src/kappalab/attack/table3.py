@@ -11,10 +11,9 @@ the references ``init`` (theta_0's features: what RIR_theta0 compares with), ``d
 [0, 1], theta = I on the inputs) and ``random`` (the pixels through a Gaussian extractor).
 
 The attackers that change the extractor (fine-tuning, LoRA: :mod:`.deep_attackers`) need the deep environment
-(timm, peft) and each run's ``theta_I.pt`` in the work folder: the tail is rebuilt from the run's config
-(:func:`kappalab.reproduce.table3.config.config_of_record`), its weights loaded, and its D_H features checked
-against the run's ``features.npz`` (:func:`kappalab.reproduce.table3.measures.same_features`) before any attack, so that they attack the extractor the
-probe attackers see. theta_0's tail is theta_0 as the runs built it; ``direct`` and ``random`` are attacked on the
+(timm, peft) and each run's ``theta_I.pt`` in the work folder: the tail is rebuilt from the run's record, its
+weights loaded, and its held-out features checked against the run's ``features.npz`` before any attack
+(:func:`kappalab.reproduce.table3.real.kept_model`), so that they attack the extractor the probe attackers see. theta_0's tail is theta_0 as the runs built it; ``direct`` and ``random`` are attacked on the
 pixels, as in Tables 1 and 2.
 
 Usage: ``python -m kappalab.attack.table3 --store STORE_DIR [--work DIR] [--out docs/attacks] [--attackers ...]``.
@@ -52,38 +51,36 @@ def harmful_heldout(config: dict, recorded_rows_sha256: str) -> tuple[np.ndarray
 
 
 class Tails:
-    """The deep extractors of one store's runs (the deep environment): the task rebuilt once from the first run's
-    config, theta_0's model per seed, theta_I's from each run's ``theta_I.pt``."""
+    """The deep extractors of one store's runs (the deep environment): the data and task rebuilt once from the first
+    run's record (:func:`kappalab.reproduce.table3.real.rebuilt`), theta_0's model per seed, theta_I's from each
+    run's kept weights (:func:`kappalab.reproduce.table3.real.kept_model`)."""
 
     def __init__(self, first: dict, device: str = "cpu") -> None:
-        from kappalab.reproduce.table3.config import config_of_record
-        from kappalab.reproduce.table3.real import build_task, load_real_data
+        from kappalab.reproduce.table3.real import rebuilt
 
         self.device = device
-        cfg = config_of_record(first)
-        net, self.data = load_real_data(cfg)
-        self.task = build_task(net, self.data, cfg)
+        self.data, self.task = rebuilt(first)
         acts = self.data.X["H", "heldout"]
         self.shape = tuple(acts.shape[1:])
         self.trunk = acts.double().numpy().reshape(acts.shape[0], -1)
 
-    def extractor(self, seed: int, weights: Path | None, kept: np.ndarray, name: str):
-        """theta_0's model (``weights`` None) or theta_I's, checked against its kept D_H features ``kept``."""
-        import torch
+    def theta_I(self, record: dict, work: Path):
+        from kappalab.reproduce.table3.real import kept_model
 
+        from .deep_attackers import DeepExtractor
+
+        return DeepExtractor(kept_model(self.task, self.data, record, work).to(self.device), self.shape)
+
+    def theta_0(self, seed: int, kept: np.ndarray):
+        """theta_0's model of ``seed``, refused unless it gives the runs' kept D_H features of theta_0."""
         from kappalab.deep import extract_features
+        from kappalab.reproduce.table3.measures import same_features
 
         from .deep_attackers import DeepExtractor
 
         model = self.task.theta0(seed)
-        if weights is not None:
-            if not weights.is_file():
-                raise SystemExit(f"--work: {weights} is missing; rerun the store's command to regenerate it")
-            model.load_state_dict(torch.load(weights, weights_only=True))
-        from kappalab.reproduce.table3.measures import same_features
-
         if not same_features(extract_features(model, self.data.X["H", "heldout"]).numpy(), kept):
-            raise SystemExit(f"{name}: the rebuilt tail's D_H features differ from the run's features.npz")
+            raise SystemExit(f"theta_0 of seed {seed}: the rebuilt tail's D_H features differ from the runs' kept ones")
         return DeepExtractor(model.to(self.device), self.shape)
 
 
@@ -118,13 +115,13 @@ def groups(store: Path, work: Path, deep: bool = False, device: str = "cpu") -> 
             with np.load(folder / "features.npz") as z:
                 theta0 = z["H_0"] if theta0 is None else theta0
                 H_I = z["H_I"]
-            tail = tails.extractor(seed, folder / "theta_I.pt", H_I, r["key"]) if tails else None
+            tail = tails.theta_I(r, work) if tails else None
             specs.append(ModelSpec(r["method"], None, "control" if r["method"] in CONTROLS else "immunized",
                                    r["key"], r["estimates"]["groups"]["rir"], features=H_I, deep=tail))
         dim = pixels.shape[1]
         specs += [ModelSpec("direct", np.eye(dim), "reference"),
                   ModelSpec("init", None, "reference", features=theta0,
-                            deep=tails.extractor(seed, None, theta0, "theta_0") if tails else None),
+                            deep=tails.theta_0(seed, theta0) if tails else None),
                   ModelSpec("random", random_extractor(dim, seed), "reference")]
         out.append(Group("table3", seed, runs[0]["task"].removeprefix("efficientnet_lite0_"), pixels, targets,
                          tuple(specs), trunk=None if tails is None else tails.trunk))

@@ -50,7 +50,7 @@ from ...deep.task import Task
 from .config import Table3Config
 from .constants import VALIDATION
 from .measures import (Checkpoints, checkpoint_epochs, displacement, features_rtol, held_out_measures,
-                       train_measured)
+                       same_features, train_measured)
 from .plan import Plan, RunSpec
 from .real_data import Parts, draw_parts
 from .run import calibrate, objective_config, train_config
@@ -190,6 +190,32 @@ def run_lambdas(cfg: Table3Config, balanced: dict[str, float]) -> dict[str, floa
 def part_features(model: ImmunizableModel, data: RealData, part: str = "heldout") -> dict[str, np.ndarray]:
     """Features of both tasks' ``part`` (float64): ``{"P": ..., "H": ...}``."""
     return {t: extract_features(model, data.X[t, part]).numpy() for t in ("P", "H")}
+
+
+def rebuilt(record: dict[str, Any]) -> tuple[RealData, Task]:
+    """The data and the task a recorded run used, rebuilt from its identity (the deep environment)."""
+    from .config import config_of_record
+
+    cfg = config_of_record(record)
+    net, data = load_real_data(cfg)
+    return data, build_task(net, data, cfg)
+
+
+def kept_model(task: Task, data: RealData, record: dict[str, Any], work: Path) -> ImmunizableModel:
+    """A recorded run's theta_I: theta_0 of its seed with the weights the run kept (``theta_I.pt``), refused unless
+    it gives the held-out features the run kept (``features.npz``, both tasks; :func:`.measures.same_features`)."""
+    folder = work / record["key"].replace("/", "_")
+    for name in ("theta_I.pt", "features.npz"):
+        if not (folder / name).is_file():
+            raise SystemExit(f"--work: {folder / name} is missing; rerun the store's command to regenerate it")
+    model = task.theta0(record["seed"])
+    model.load_state_dict(torch.load(folder / "theta_I.pt", weights_only=True))
+    FI = part_features(model, data)
+    with np.load(folder / "features.npz") as kept:
+        for t in ("P", "H"):
+            if not same_features(FI[t], kept[f"{t}_I"]):
+                raise SystemExit(f"{record['key']}: theta_I.pt's {t} features differ from the run's features.npz")
+    return model
 
 
 def validation_measures(model: ImmunizableModel, data: RealData, F0: dict[str, np.ndarray] | None,

@@ -18,6 +18,10 @@ VOLATILE = {"cpu_s", "wall_s", "provenance", "trunk_load"}
 def main(out: Path, parts: list[Path]) -> int:
     seen: dict[str, dict] = {}
     lines = []
+    missing = [str(part / "runs.jsonl") for part in parts if not (part / "runs.jsonl").is_file()]
+    if missing:
+        print(f"table3_merge_parts: no store {', '.join(missing)}; give the parts' folders", file=sys.stderr)
+        return 2
     for part in parts:
         for line in (part / "runs.jsonl").read_text().splitlines():
             if not line.strip():

@@ -92,6 +92,8 @@ def main() -> int:
     ap.add_argument("store", type=Path, help="a powered store's folder (its runs.jsonl)")
     ap.add_argument("--work", type=Path, default=cache_dir() / "table3-real" / "work")
     args = ap.parse_args()
+    if not (args.store / "runs.jsonl").is_file():
+        ap.exit(2, f"store: {args.store / 'runs.jsonl'} does not exist; give a powered store's folder\n")
     out = args.store / "norm_statistics.json"
     before = json.loads(out.read_text()) if out.is_file() else {"runs": []}  # resumes: measured runs are kept
     entries = before["runs"] + measure(args.store, args.work, {e["key"] for e in before["runs"]})

@@ -105,3 +105,23 @@ def test_the_table3_scope_refuses_a_missing_store_in_one_line(tmp_path: Path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1 and "--store" in err[0] and "Traceback" not in err[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("attackers, says", [("bogus", "unknown bogus"), ("gd,finetune", "need")])
+def test_the_table3_scope_refuses_bad_attackers_in_one_line(attackers: str, says: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """An unknown attacker; and, where timm or peft is missing (the main environment), the attackers that change
+    the deep extractor: one line naming --attackers, status 2, nothing written."""
+    import importlib.util
+
+    if says == "need" and all(importlib.util.find_spec(m) for m in ("timm", "peft")):
+        pytest.skip("timm and peft are installed here: the deep environment runs these attackers")
+    from kappalab.attack.table3 import main
+
+    store = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table3" / "powered" / "grid" / \
+        "mnist_vs_fmnist" / "paper_f32"
+    with pytest.raises(SystemExit) as stop:
+        main(["--store", str(store), "--attackers", attackers, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("--attackers:") and says in err[0]
+    assert not (tmp_path / "out").exists()

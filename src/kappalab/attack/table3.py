@@ -151,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
                    "runs.jsonl), e.g. the default\n")
     start = time.perf_counter()
     deep = any(known[a].changes_extractor for a in attackers)
+    if deep:
+        import importlib.util
+
+        lacking = [name for name in ("timm", "peft") if importlib.util.find_spec(name) is None]
+        if lacking:
+            ap.exit(2, f"--attackers: finetune and lora_r* need {' and '.join(lacking)}: run it in the deep "
+                       "environment (bash scripts/setup_deep.sh, then .venv-deep/bin/python)\n")
     found, label = groups(args.store, args.work or cache_dir() / "table3-real" / "work", deep, args.device)
     records, curves = run_groups(found, attackers)
     config = {"attackers": list(attackers), "store": str(args.store), "config": "kappalab/configs/attack_grid.json",

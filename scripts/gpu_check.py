@@ -190,8 +190,18 @@ def _alarm_fired() -> bool:
 
 
 def run(ctx: Context, report_path: Path, started: float) -> int:
-    """Every stage under its guard; ``started``: the wall-clock start (``time.time()``) the total is counted from."""
+    """Every stage under its guard; ``started``: the wall-clock start (``time.time()``) the total is counted from.
+
+    What the stages import lazily is imported here, before any guard is armed: a stage cut in the middle of an
+    import leaves the module half made for every later stage (seen on a loaded machine: the dry run's table1 paper
+    stage cut while matplotlib was being imported, then table1 official FAILED with KeyError 'Rectangle:kwdoc')."""
+    import matplotlib
     import torch
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+    import kappalab.reproduce.table1.cli  # noqa: F401
+    import kappalab.reproduce.table3.cli  # noqa: F401
 
     start = time.perf_counter() - (time.time() - started)
     total = TOTAL[ctx.size]

@@ -34,6 +34,8 @@ WORKERS_SOURCE = textwrap.dedent('''
         time.sleep(params.get("sleep", 0.0))
         if params.get("fail_flag") and Path(params["fail_flag"]).exists() and params["name"] == "j3":
             raise RuntimeError("injected failure of j3")
+        if params.get("killed") == params["name"]:  # the kernel's out-of-memory killer, say
+            os.kill(os.getpid(), 9)
         if params.get("full_disk") and params["name"] == "j2":  # writing its own output file fails
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), params["full_disk"])
         return {"square": params["x"] ** 2, "omp": os.environ.get("OMP_NUM_THREADS")}
@@ -205,6 +207,46 @@ def test_a_pool_torn_down_by_a_fault_leaves_no_temporary_file(tmp_path: Path, wo
         run_sweep(jobs, workers_module.writes_slowly, RunStore(tmp_path / "runs.jsonl"), workers=2, progress=False)
     assert time.perf_counter() - start < 50, "the writer was waited for, not stopped"
     assert sorted(p.name for p in folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_pool_worker_unwinds_sigterm_inside_an_item_only(fails: bool) -> None:
+    """Inside an item the pool's SIGTERM unwinds it (its cleanup runs: the test above); after it the default
+    disposition is back, so a worker between items dies at once when the pool is torn down."""
+    from kappalab.worker_pool import _stop, run_item
+
+    seen = []
+
+    def call(item: int) -> int:
+        seen.append(signal.getsignal(signal.SIGTERM))
+        if fails:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "x.npy")
+        return item + 1
+
+    saved = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if fails:
+            with pytest.raises(OSError):
+                run_item(call, 1)
+        else:
+            assert run_item(call, 1) == 2
+        assert seen == [_stop] and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+
+
+def test_a_worker_process_that_dies_stops_the_sweep_naming_its_job(tmp_path: Path, workers_module) -> None:
+    """A worker killed from outside (here it kills itself: SIGKILL, as the kernel's out-of-memory killer does)
+    stops the sweep with SweepError naming its job, promptly (multiprocessing.Pool waited for it for ever), and
+    keeps the other jobs' records."""
+    jobs = [Job(f"j{i}", {"name": f"j{i}", "x": i, "log": str(tmp_path / "log"), "killed": "j3"}) for i in range(6)]
+    store = RunStore(tmp_path / "runs.jsonl")
+    start = time.perf_counter()
+    with pytest.raises(SweepError, match=r"'j3' failed: its worker process ended without a result \(exit code -9\)"):
+        run_sweep(jobs, workers_module.square, store, workers=2, progress=False)
+    assert time.perf_counter() - start < 60
+    assert "j3" not in store.done_keys() and store.done_keys() <= {f"j{i}" for i in range(6)}
 
 
 def test_a_full_disk_in_a_batched_runner_is_one_line(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ JSON-able mapping (stored as it is; its worker gets a copy). :func:`run_sweep`
 
 * skips every job whose key is already in the :class:`~kappalab.results.RunStore` (so a killed or crashed sweep
   restarts where it stopped, and never redoes or loses a finished run),
-* runs the rest in this process (``workers=1``) or in a ``multiprocessing`` pool of ``workers`` processes
-  (``spawn`` start method, each limited to ONE thread for torch/BLAS/OpenMP so that N workers use N cores),
+* runs the rest in this process (``workers=1``) or in a pool of ``workers`` processes (:mod:`kappalab.worker_pool`,
+  ``spawn`` start method, each limited to ONE thread for torch/BLAS/OpenMP so that N workers use N cores),
 * appends one record per finished job from the parent process only (a single writer: no interleaved lines),
   with the fields ``key``, ``params``, ``result`` (what the worker returned), ``wall_time_s`` and ``pid``,
 * shows ONE progress display for the whole sweep (:class:`Progress`): on a terminal a tqdm bar with runs done /
@@ -24,7 +24,8 @@ each run stored as soon as it is finished), and :func:`shard_jobs` splits a swee
 parts, so that any scheduler (a job array, one process per device) runs each part into its own store.
 
 A worker that raises stops the sweep: the pool is terminated, the records of the jobs that finished before are
-kept, and :class:`SweepError` names the failing key; fixing the cause and running again resumes. A worker's write
+kept, and :class:`SweepError` names the failing key (also when its process died: killed, out of memory); fixing
+the cause and running again resumes. A worker's write
 fault the user can fix (a full disk, a read-only or vanished folder: :func:`kappalab.atomic_io.disk_fault`) stops it
 with that one-line :class:`~kappalab.atomic_io.DiskWriteError` instead (carried from a pool worker to the parent as
 it is, without a traceback), as does a failed append to the store (which leaves the store as it was before that
@@ -36,7 +37,6 @@ is simply rewritten when the job reruns.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing as mp
 import os
 import signal
 import sys
@@ -50,6 +50,7 @@ from tqdm import tqdm
 
 from kappalab.atomic_io import DiskWriteError, disk_fault
 from kappalab.results import RunStore, StoreError, to_jsonable
+from kappalab.worker_pool import WorkerDied, run_in_processes
 
 
 class Spec(Protocol):
@@ -154,9 +155,8 @@ def limit_threads(n: int = 1) -> None:
 
 
 def _init_worker(threads: int) -> None:
-    """A pool worker: Ctrl-C is the parent's (it terminates the pool), the pool's SIGTERM unwinds the job (so an
-    atomic write in progress removes its temporary file: :func:`_stop`), ``threads`` BLAS/torch threads, and tqdm
-    with a thread lock. tqdm's default lock is a multiprocessing semaphore registered with the resource tracker;
+    """A pool worker: Ctrl-C is the parent's (it tears the pool down), ``threads`` BLAS/torch threads, and tqdm
+    with a thread lock (the pool's SIGTERM: :mod:`kappalab.worker_pool`). tqdm's default lock is a multiprocessing semaphore registered with the resource tracker;
     a worker terminated by the pool never unregisters it, and the tracker then printed "leaked semaphore objects"
     after the sweep's last line (measured: almost every Ctrl-C once the workers train). A worker draws no bar of its
     own (the parent draws the sweep's), so a thread lock is all it needs."""
@@ -165,16 +165,8 @@ def _init_worker(threads: int) -> None:
     from tqdm import tqdm
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _stop)
     limit_threads(threads)
     tqdm.set_lock(threading.RLock())
-
-
-def _stop(signum: int, frame: object) -> None:
-    """SIGTERM in a pool worker (``Pool.terminate`` after another job's fault): leave by ``SystemExit``, which
-    ``_call`` does not catch, so the job's ``finally`` blocks run (an unhandled SIGTERM kills the process where it
-    stands, and a temporary file it was writing stayed behind). The pool joins the worker after it."""
-    raise SystemExit(128 + signum)
 
 
 def _eta(seconds: float) -> str:
@@ -359,28 +351,13 @@ def run_batched_sweep(jobs: Sequence[Job], runner: BatchRunner, store: RunStore 
 
 def _run_pool(pending: Iterable[Job], worker: Worker, workers: int, threads: int,
               record: Callable[[Outcome], None]) -> None:
-    """Pool of spawned processes; results are recorded in completion order; the pool dies on the first error."""
-    saved = {name: os.environ.get(name) for name in THREAD_ENV}
-    for name in THREAD_ENV:  # spawned children read these before importing torch / numpy
-        os.environ[name] = str(threads)
+    """Spawned processes (:mod:`kappalab.worker_pool`), each with ``threads`` torch/BLAS threads; results recorded
+    in completion order; the pool is torn down at the first error."""
     try:
-        ctx = mp.get_context("spawn")
-        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(threads,))
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    try:
-        for outcome in pool.imap_unordered(_CallJob(worker), list(pending), chunksize=1):
-            record(outcome)
-        pool.close()
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
+        run_in_processes(pending, _CallJob(worker), workers, record, _init_worker, (threads,),
+                         {name: str(threads) for name in THREAD_ENV})  # read by the children before numpy / torch
+    except WorkerDied as died:
+        raise SweepError(died.item.key, str(died), "(none: the process ended)") from None
 
 
 class _CallJob:

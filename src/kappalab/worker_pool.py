@@ -86,17 +86,17 @@ class _Worker:
     item: Any = None  #: the item it is running
 
 
-_END = object()
-
-
 def _feed(worker: _Worker, todo: Iterator[Any]) -> bool:
-    """Send ``worker`` its next item (True), or ``None`` when there is none (False: it exits)."""
-    worker.item = next(todo, _END)
+    """Send ``worker`` its next item (True), or ``None`` when there is none (False: it exits; an item is never
+    ``None``)."""
+    worker.item = next(todo, None)
     try:
-        worker.conn.send(None if worker.item is _END else worker.item)
+        worker.conn.send(worker.item)
     except OSError:  # its end of the pipe is gone: the worker died
+        if worker.item is None:
+            return False  # after its last result: it had nothing more to do
         raise _died(worker) from None
-    return worker.item is not _END
+    return worker.item is not None
 
 
 def _died(worker: _Worker) -> WorkerDied:
@@ -125,7 +125,8 @@ def run_in_processes(items: Iterable[Any], call: Callable[[Any], Any], workers: 
                      on_result: Callable[[Any], None], initializer: Callable[..., None],
                      initargs: tuple[Any, ...] = (), env: Mapping[str, str] | None = None) -> None:
     """``on_result(call(item))`` for every item, ``call`` running in ``workers`` spawned processes (``call``,
-    ``initializer`` and the items must pickle); ``env`` is the workers' environment on top of this process's."""
+    ``initializer`` and the items, never ``None``, must pickle); ``env`` is the workers' environment on top of this
+    process's."""
     ctx = mp.get_context("spawn")
     todo = iter(items)
     pool: list[_Worker] = []

@@ -74,12 +74,12 @@ def measure(store: Path, work: Path, done: set[str]) -> list[dict]:
 
 
 def table(entries: list[dict], theta0: float) -> str:
-    lines = ["| method | eta | lambda multiple | D_P test acc.: as trained | statistics re-estimated on D_P | "
+    lines = ["| method | seed | eta | lambda multiple | D_P test acc.: as trained | statistics re-estimated on D_P | "
              "a fresh D_P probe (record) | group RIR: as trained (record) | statistics re-estimated [interval] |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         lo, hi = e["rir_groups_reestimated_ci"]
-        lines.append(f"| {e['method']} | {e['eta']:g} | {e['lambda_multiple']:g} | "
+        lines.append(f"| {e['method']} | {e['seed']} | {e['eta']:g} | {e['lambda_multiple']:g} | "
                      f"{100 * e['dp_acc_as_trained']['test']:.1f}% | "
                      f"{100 * e['dp_acc_statistics_reestimated']['test']:.1f}% | {100 * e['dp_probe_acc']:.1f}% | "
                      f"{e['rir_groups_as_trained']:.3g} | {e['rir_groups_statistics_reestimated']:.3g} "

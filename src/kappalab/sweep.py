@@ -156,10 +156,11 @@ def limit_threads(n: int = 1) -> None:
 
 def _init_worker(threads: int) -> None:
     """A pool worker: Ctrl-C is the parent's (it tears the pool down), ``threads`` BLAS/torch threads, and tqdm
-    with a thread lock (the pool's SIGTERM: :mod:`kappalab.worker_pool`). tqdm's default lock is a multiprocessing semaphore registered with the resource tracker;
-    a worker terminated by the pool never unregisters it, and the tracker then printed "leaked semaphore objects"
-    after the sweep's last line (measured: almost every Ctrl-C once the workers train). A worker draws no bar of its
-    own (the parent draws the sweep's), so a thread lock is all it needs."""
+    with a thread lock (the pool's SIGTERM: :mod:`kappalab.worker_pool`). tqdm's default lock is a multiprocessing
+    semaphore registered with the resource tracker; a worker terminated by the pool never unregisters it, and the
+    tracker then printed "leaked semaphore objects" after the sweep's last line (measured: almost every Ctrl-C once
+    the workers train). A worker draws no bar of its own (the parent draws the sweep's), so a thread lock is all it
+    needs."""
     import threading
 
     from tqdm import tqdm

@@ -18,8 +18,6 @@ Before timing, each batched case checks that its first step's gradients equal th
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 torch = pytest.importorskip("torch")

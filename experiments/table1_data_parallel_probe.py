@@ -28,8 +28,8 @@ def main() -> None:
     limit_threads(1)
     task = house_prices_task("official")
     cfg = table1_config("official", args.method).replace(epochs=args.epochs)
-    print(f"| seed | steps 1 / 2 processes | RIR pinv, 1 process | RIR pinv, 2 processes | RIR shifted, 1 process | "
-          f"RIR shifted, 2 processes |\n|---|---|---|---|---|---|")
+    print("| seed | steps 1 / 2 processes | RIR pinv, 1 process | RIR pinv, 2 processes | RIR shifted, 1 process | "
+          "RIR shifted, 2 processes |\n|---|---|---|---|---|---|")
     for seed in args.seeds:
         one, two = immunize(task, cfg, seed), immunize_data_parallel(task, cfg, seed)
         e1, e2 = (evaluate(run, task, sensitivity=(), endpoints=False) for run in (one, two))

@@ -4,10 +4,10 @@ decision_table`; table3.md carries it between the ``table3-decision`` markers (t
 checks that it is this script's output).
 
 Usage: python experiments/table3_decision.py [--figures] [--write]
-  prints the decision table, then the checkpoint tables; --figures also writes each store's Figure 3
-  (``figure3.png``/``.pdf`` beside its runs.jsonl: the D_H probe's test accuracy against its epochs, theta_0 and
-  every control and method); --write rewrites table3.md's two generated blocks (``table3-decision``,
-  ``table3-checkpoints``) in place.
+  prints the decision table (the grids), the pilots' table, then the checkpoint tables; --figures also writes each
+  store's Figure 3 (``figure3.png``/``.pdf`` beside its runs.jsonl: the D_H probe's test accuracy against its
+  epochs, theta_0 and every control and method); --write rewrites table3.md's three generated blocks
+  (``table3-decision``, ``table3-decision-pilots``, ``table3-checkpoints``) in place.
 """
 
 from __future__ import annotations
@@ -67,8 +67,13 @@ def write_figures() -> list[Path]:
 
 
 def render() -> str:
-    """The decision table."""
-    return decision_table(stores())
+    """The decision table: the selection grids' stores (``powered/grid/``)."""
+    return decision_table({title: records for title, records in stores().items() if title.endswith("(grid)")})
+
+
+def render_pilots() -> str:
+    """The same table for the pilots' stores (``powered/pilot/``: fixed settings and the BatchNorm diagnostic)."""
+    return decision_table({title: records for title, records in stores().items() if title.endswith("(pilot)")})
 
 
 def render_checkpoints() -> str:
@@ -77,19 +82,20 @@ def render_checkpoints() -> str:
 
 
 def write_blocks(page: Path = DOCS / "table3.md") -> None:
-    """Rewrite the page's ``table3-decision`` and ``table3-checkpoints`` blocks with :func:`render` and
-    :func:`render_checkpoints`."""
+    """Rewrite the page's ``table3-decision``, ``table3-decision-pilots`` and ``table3-checkpoints`` blocks with
+    :func:`render`, :func:`render_pilots` and :func:`render_checkpoints`."""
     from kappalab.atomic_io import write_text
 
     text = page.read_text()
-    for name, body in (("table3-decision", render()), ("table3-checkpoints", render_checkpoints())):
+    for name, body in (("table3-decision", render()), ("table3-decision-pilots", render_pilots()),
+                       ("table3-checkpoints", render_checkpoints())):
         start = text.index("\n", text.index(f"<!-- generated: {name}")) + 1
         text = text[:start] + body + text[text.index(f"<!-- end: {name} -->"):]
     write_text(page, text)
 
 
 if __name__ == "__main__":
-    print(render() + "\n" + render_checkpoints(), end="")
+    print(render() + "\n" + render_pilots() + "\n" + render_checkpoints(), end="")
     if "--write" in sys.argv[1:]:
         write_blocks()
     if "--figures" in sys.argv[1:]:

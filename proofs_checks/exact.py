@@ -6,7 +6,12 @@ in exact arithmetic so that a counterexample can be certified without any roundi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import sympy as sp
+
+if TYPE_CHECKING:
+    from .paper import Ext
 
 
 def singular_values(S: sp.Matrix) -> list[sp.Expr]:
@@ -34,7 +39,7 @@ def r_well(S: sp.Matrix) -> sp.Expr:
     return sp.simplify(s[0] ** 2 / 2 - sum(x**2 for x in s) / (2 * len(s)))
 
 
-def diag_extremes(h: list) -> "Ext":
+def diag_extremes(h: list) -> Ext:
     """Exact :class:`~proofs_checks.paper.Ext` of ``diag(h)`` (h >= 0, sympy numbers), so that the formulas of
     :mod:`proofs_checks.paper` evaluate exactly on sympy object arrays."""
     import numpy as np

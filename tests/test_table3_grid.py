@@ -47,11 +47,26 @@ def test_the_largest_validation_rir_among_the_settings_that_keep_utility_is_chos
     assert choice.accuracy_drop == pytest.approx(2.0)
 
 
-def test_no_setting_is_chosen_when_none_keeps_utility_and_ties_go_to_the_earlier_grid_point():
-    lost = [_record("ours", 0, eta, 1.0, val_acc=0.5, val_rir=9.0) for eta in GRID["eta"]]
-    assert choose(_inits() + lost, "ours").setting is None
+def test_when_no_setting_keeps_utility_the_least_damaging_is_read_and_flagged_and_ties_go_to_the_earlier_point():
+    lost = [_record("ours", 0, 1e-5, 1.0, val_acc=0.70, val_rir=9.0),  # 10 points lost
+            _record("ours", 0, 1e-4, 1.0, val_acc=0.75, val_rir=2.0),  # 5 points: the least damaging
+            _record("ours", 0, 1e-3, 1.0, val_acc=0.50, val_rir=90.0)]
+    choice = choose(_inits() + lost, "ours")
+    assert choice.setting == (1e-4, 1.0) and not choice.kept_utility
+    assert choice.accuracy_drop == pytest.approx(5.0) and choice.rir_groups == 2.0
+    equal_drops = [_record("ours", 0, 1e-5, m, val_acc=0.75, val_rir=r) for m, r in ((1.0, 2.0), (10.0, 3.0))]
+    assert choose(_inits() + equal_drops, "ours").setting == (1e-5, 10.0)  # equal drops: the larger RIR
     tied = [_record("rill_only", 0, eta, 1.0, val_acc=0.8, val_rir=4.0) for eta in reversed(GRID["eta"])]
-    assert choose(_inits() + tied, "rill_only").setting == (GRID["eta"][0], 1.0)
+    choice = choose(_inits() + tied, "rill_only")
+    assert choice.setting == (GRID["eta"][0], 1.0) and choice.kept_utility
+
+
+def test_seeds_added_at_the_choice_do_not_change_it():
+    grid = [_record("ours", 0, 1e-5, 1.0, val_acc=0.75, val_rir=1.0),  # the least damaging at seed 0
+            _record("ours", 0, 1e-4, 1.0, val_acc=0.74, val_rir=3.0)]
+    more = [_record("ours", s, 1e-5, 1.0, val_acc=0.60, val_rir=1.0) for s in (1, 2)]  # worse at seeds 1-2
+    before, after = choose(_inits() + grid, "ours"), choose(_inits((0, 1, 2)) + grid + more, "ours")
+    assert before == after and after.setting == (1e-5, 1.0)  # compared on seed 0, the seed both settings ran
 
 
 def test_the_worst_seed_decides_whether_a_setting_keeps_utility_and_the_mean_ranks_it():
@@ -155,9 +170,14 @@ def test_a_setting_that_diverged_on_some_seed_is_not_chosen():
     assert choose(_inits((0, 1)) + runs, "ours").setting == (1e-4, 1.0)
 
 
-def test_a_method_with_no_setting_that_keeps_utility_gets_a_row_that_says_so():
-    runs = [_record("ours", 0, eta, 1.0, val_acc=0.5, val_rir=9.0) for eta in GRID["eta"]]
+def test_a_method_with_no_setting_that_keeps_utility_gets_its_least_damaging_row_read_as_utility_lost():
+    runs = [_record("ours", 0, eta, 1.0, val_acc=0.5, val_rir=9.0, rir=30.0) for eta in GRID["eta"]]  # test acc kept
     runs += [_record(m, 0, 1e-3, 1.0, val_acc=0.8, val_rir=1.0) for m in ("oracle", "task_only")]
+    diverged = {k: v for k, v in _record("imma", 0, 1e-5, 1.0, val_acc=0.0).items() if k != "validation"}
+    runs += [{**diverged, "identity": {"config": {"eta": eta}}, "diverged": "FloatingPointError: imma"}
+             for eta in GRID["eta"]]
     rows = {row.method: row for row in decide(_inits() + runs)}
-    assert rows["ours"].n == 0 and rows["ours"].setting == "none (3 of 9 grid points run)"
-    assert rows["ours"].verdict.startswith("no setting keeps utility")
+    assert rows["ours"].n == 1 and rows["ours"].rir["groups"] == 30.0 and rows["ours"].accuracy_drop == 0.0
+    assert rows["ours"].setting == "1e-05, x1 (least damaging: none kept utility; 3 of 9 grid points run)"
+    assert rows["ours"].verdict == "utility lost (validation, every setting)"  # not "immunizes" on the test part
+    assert rows["imma"].n == 0 and rows["imma"].verdict == "every setting diverged"

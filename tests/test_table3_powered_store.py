@@ -73,14 +73,16 @@ def test_checkpoints_run_along_training(record):
 
 def test_table3_md_opens_with_the_decision_table_of_the_store():
     """table3.md's first 40 lines hold the decision table as experiments/table3_decision.py renders it from the
-    store, the controls' rows included; its checkpoint tables are the script's too."""
+    store's selection grids, the controls' rows included; its pilots' table and checkpoint tables are the script's
+    too."""
     script = _decision_script()
     page = (ROOT / "docs" / "reproduction" / "table3.md").read_text()
     head = "\n".join(page.splitlines()[:40])
     table = script.render()
     assert table in page and table.splitlines()[-1] in head
     assert "Oracle (control)" in table and "Task only (control)" in table
-    assert script.render_checkpoints() in page
+    assert "(pilot)" not in table and "(grid)" not in script.render_pilots()
+    assert script.render_pilots() in page and script.render_checkpoints() in page
 
 
 def test_figure3_of_every_store_is_drawn_from_its_records(tmp_path):

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from diskfull import Done, kappalab, leftovers, store_lines
+from diskfull import kappalab, leftovers, store_lines
 
 pytest.importorskip("torch")
 

@@ -82,7 +82,7 @@ def closed_form_gradients(proto: Protocol, p: Params, batch: Batch, cfg: MethodC
     spectra = {w: _spectrum(proto, Phi[w], top=opt_kappa or w == "P") for w in tasks
                if w == "H" or opt_kappa or cfg.lambda_P > 0}
     if opt_kappa:
-        (eP, GP, uP), (eH, GH, uH) = spectra["P"], spectra["H"]
+        (eP, _, uP), (eH, _, uH) = spectra["P"], spectra["H"]
         wP, wH = cfg.extra.kappa_weight_P, cfg.extra.kappa_weight_H
         value = wP * kappa_of_extremes(eP) - wH * kappa_of_extremes(eH)
         terms.append(Term("kappa_P-kappa_H", value, extractor))

@@ -12,7 +12,9 @@ The rule (:data:`RULE`, printed above the table) reads the paper's group estimat
 * **"utility lost"** when D_P accuracy fell by more than :data:`UTILITY_POINTS` points on some seed;
 * **"diverged"** when the training of some seed diverged (a non-finite loss: the run's record says when).
 
-A method run at several settings is read at the one :func:`.grid.selected` chose on the validation part.
+A method run at several settings is read at the one :func:`.grid.selected` chose on the validation part; where no
+setting kept utility there, at its least damaging setting, whose row then reads **utility lost** whatever its test part
+says (:data:`FALLBACK`, printed under the rule).
 
 Intervals: the hull of the seeds' bootstrap 95% intervals (each over its 20 groups), n the number of seeds; the exact
 estimator has no interval (its range over seeds is shown).
@@ -34,6 +36,9 @@ RULE = (f"Verdict (group estimator, fixed before the runs): **immunizes** when a
         f"every seed; **the measure cannot be moved here** when the oracle control's RIR stays below "
         f"{ORACLE_FLOOR:g}; otherwise **does not immunize here** (**utility lost** when D_P accuracy fell by more "
         f"than {UTILITY_POINTS:g} points; **diverged** when the training of some seed diverged).")
+FALLBACK = ("A method none of whose settings kept D_P accuracy on the validation part is read at its least damaging "
+            "setting (the smallest worst-seed drop there; a reading added after the seed-0 grids, before seeds 1-2 "
+            "ran), and its row reads **utility lost**.")
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ def _row(method: str, records: list[dict[str, Any]], init_acc: dict[int, float],
     drop = round(max((100 * (init_acc[r["seed"]] - r["utility"]["dp_test_acc"]) for r in finished), default=nan), 9)
     eta, multiple = setting_of(records[0])
     setting = ((f"{eta:g}" if method in NO_LAMBDA else f"{eta:g}, x{multiple:g}")
-               + (f" (selected, {_searched(choice)})" if choice else ""))
+               + ("" if choice is None else f" (selected, {_searched(choice)})" if choice.kept_utility
+                  else f" (least damaging: none kept utility; {_searched(choice)})"))
     return Row(method, len(records), rir, interval, drop, setting)
 
 
@@ -89,6 +95,8 @@ def decide(records: list[dict[str, Any]]) -> list[Row]:
     for m, row in rows.items():
         if failed[m]:
             verdict = f"diverged ({failed[m]} of {row.n} seeds)"
+        elif m in choices and not choices[m].kept_utility:
+            verdict = "utility lost (validation, every setting)"
         elif row.accuracy_drop > UTILITY_POINTS:
             verdict = "utility lost"
         elif m in CONTROLS:
@@ -107,15 +115,15 @@ def decide(records: list[dict[str, Any]]) -> list[Row]:
         if choice.setting is None:
             out.append(Row(m, 0, dict.fromkeys(ESTIMATOR_NAMES, nan), dict.fromkeys(ESTIMATOR_NAMES, (nan, nan)),
                            nan, f"none ({_searched(choice)})",
-                           "no setting keeps utility (or trains without diverging)"))
+                           "every setting diverged"))
     return out
 
 
 def decision_table(groups: dict[str, list[dict[str, Any]]]) -> str:
-    """Markdown: :data:`RULE`, then one line per (direction and protocol, method); ``groups`` maps a title (e.g.
-    ``"D_P Fashion-MNIST / D_H MNIST, paper protocol"``) to its records (``init`` records included)."""
-    lines = [RULE, "", "| direction, protocol | method | eta, lambda multiple | n | RIR exact (range) | "
-             "RIR groups [interval] | RIR authors' [interval] | D_P acc. drop (points, worst seed) | verdict |",
+    """Markdown: :data:`RULE` and :data:`FALLBACK`, then one line per (direction and protocol, method); ``groups``
+    maps a title (e.g. ``"D_P Fashion-MNIST / D_H MNIST, paper protocol"``) to its records (``init`` included)."""
+    lines = [f"{RULE} {FALLBACK}", "", "| direction, protocol | method | eta, lambda multiple | n | RIR exact (range) "
+             "| RIR groups [interval] | RIR authors' [interval] | D_P acc. drop (points, worst seed) | verdict |",
              "|---|---|---|---|---|---|---|---|---|"]
     for title, records in groups.items():
         for row in decide(records):

@@ -8,8 +8,14 @@
 * **The rule** (:func:`choose`), the same for every method and control: among the method's settings whose D_P head
   accuracy on the validation part stays within :data:`UTILITY_POINTS` of theta_0's on every seed (and whose training
   diverged on none), the one with the largest group RIR on the validation part (mean over seeds; ties: the earlier
-  grid point). No setting is chosen when none keeps utility. Only the validation part is read: the table's held-out
-  and test parts are not.
+  grid point). The settings are compared on the seeds every one of them ran (the grid runs one seed whole, then the
+  chosen setting the others), so that adding seeds at the choice does not change it. Only the validation part is
+  read: the table's held-out and test parts are not.
+* **When no setting keeps utility** (a reading added after both directions' seed-0 grids kept none, before any
+  method's seeds 1-2 ran): the *least damaging* setting, the smallest worst-seed accuracy drop (ties: the larger
+  RIR, then the earlier grid point), among those that diverged on no compared seed; the choice says so
+  (``kept_utility`` False) and the decision table reads its rows as **utility lost**. No setting is chosen when
+  every setting diverged.
 * **What the table reads** (:func:`selected`): a method run at several settings contributes its chosen setting's
   records only; a method run at one setting is read as it is (the fixed-setting runs).
 """
@@ -51,14 +57,16 @@ def setting_of(record: dict[str, Any]) -> Setting:
 
 @dataclass(frozen=True)
 class Choice:
-    """The selection of one method: its chosen ``setting`` (None: no setting kept utility), the validation RIR and
-    worst-seed accuracy drop there, and how many settings were candidates."""
+    """The selection of one method: its chosen ``setting`` (None: every setting diverged), the validation RIR and
+    worst-seed accuracy drop there, how many settings were candidates, and whether the setting kept utility (False:
+    none did, and this is the least damaging one)."""
 
     method: str
     setting: Setting | None
     rir_groups: float | None
     accuracy_drop: float | None
     candidates: int
+    kept_utility: bool = True
 
 
 def _init_accuracy(records: list[dict[str, Any]]) -> dict[tuple[Setting, int], float]:
@@ -74,17 +82,23 @@ def choose(records: list[dict[str, Any]], method: str) -> Choice:
     for r in records:
         if r["method"] == method and (setting_of(r), r["seed"]) in init:
             by.setdefault(setting_of(r), []).append(r)
-    best: Choice | None = None
+    seeds = set.intersection(*({r["seed"] for r in runs} for runs in by.values())) if by else set()
+    scored: list[tuple[Setting, float, float]] = []  # (setting, worst-seed drop, mean RIR), in grid order
     for setting in sorted(by, key=_grid_order):
-        runs = by[setting]
-        if any("validation" not in r for r in runs):  # a seed diverged (or was measured without the part)
+        runs = [r for r in by[setting] if r["seed"] in seeds]
+        if not runs or any("validation" not in r for r in runs):  # a seed diverged (or was measured without it)
             continue
         # rounded like decision.py's drop: 10 of 500 images is exactly 2 points, not a loss
         drop = round(max(100 * (init[setting, r["seed"]] - r["validation"]["dp_acc"]) for r in runs), 9)
-        rir = sum(r["validation"]["rir_groups"] for r in runs) / len(runs)
-        if drop <= UTILITY_POINTS and (best is None or rir > best.rir_groups):
-            best = Choice(method, setting, rir, drop, len(by))
-    return best or Choice(method, None, None, None, len(by))
+        scored.append((setting, drop, sum(r["validation"]["rir_groups"] for r in runs) / len(runs)))
+    kept = [s for s in scored if s[1] <= UTILITY_POINTS]
+    if kept:  # max keeps the first of equals: ties go to the earlier grid point
+        setting, drop, rir = max(kept, key=lambda s: s[2])
+        return Choice(method, setting, rir, drop, len(by))
+    if scored:
+        setting, drop, rir = min(scored, key=lambda s: (s[1], -s[2]))
+        return Choice(method, setting, rir, drop, len(by), kept_utility=False)
+    return Choice(method, None, None, None, len(by))
 
 
 def _grid_order(setting: Setting) -> tuple[int, ...]:

@@ -10,9 +10,10 @@ statistics on D_P's training activations, the weights unchanged
 that the re-estimation undoes came from the statistics.
 
 Usage (the deep environment):
-    PYTHONPATH=src .venv-deep/bin/python experiments/table3_norm_statistics.py STORE_DIR [--work DIR]
+    PYTHONPATH=src .venv-deep/bin/python experiments/table3_norm_statistics.py STORE_DIR [--work DIR] [--write]
 writes ``STORE_DIR/norm_statistics.json`` (one entry per run, with provenance; a second call measures only the runs
-added to the store since) and prints its table.
+added to the store since) and prints its table; ``--write`` then rewrites table3.md's ``table3-norm-statistics``
+block from the JSON files of :data:`BLOCK`'s stores.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kappalab.atomic_io import write_json
+from kappalab.atomic_io import write_json, write_text
 from kappalab.data.fetch import cache_dir
 from kappalab.deep import accuracy
 from kappalab.estimators import estimate_all
@@ -34,6 +35,10 @@ from kappalab.reproduce.table3.real import kept_model, part_features, rebuilt
 
 #: the group estimator's bootstrap resamples (its interval; the records' use 1000)
 N_BOOT = 1000
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table3.md"
+#: the stores table3.md's block quotes (under ``table3/powered/``), in its order, with their titles
+BLOCK = {"grid/mnist_vs_fmnist/paper_f32": "D_P MNIST / D_H Fashion-MNIST",
+         "grid/fmnist_vs_mnist/paper_f32": "D_P Fashion-MNIST / D_H MNIST"}
 
 
 def measure(store: Path, work: Path, done: set[str]) -> list[dict]:
@@ -87,10 +92,27 @@ def table(entries: list[dict], theta0: float) -> str:
     return f"theta_0's D_P test accuracy: {100 * theta0:.1f}%\n\n" + "\n".join(lines)
 
 
+def block() -> str:
+    """The page's block: each of :data:`BLOCK`'s stores under its title, its table from its JSON file."""
+    out = []
+    for folder, title in BLOCK.items():
+        saved = json.loads((PAGE.parent / "table3" / "powered" / folder / "norm_statistics.json").read_text())
+        out.append(f"{title}:\n\n{table(saved['runs'], saved['theta0_dp_test_acc'])}\n")
+    return "\n".join(out)
+
+
+def write_block(page: Path = PAGE) -> None:
+    """Rewrite ``page``'s ``table3-norm-statistics`` block with :func:`block`."""
+    text, name = page.read_text(), "table3-norm-statistics"
+    start = text.index("\n", text.index(f"<!-- generated: {name}")) + 1
+    write_text(page, text[:start] + block() + text[text.index(f"<!-- end: {name} -->"):])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("store", type=Path, help="a powered store's folder (its runs.jsonl)")
     ap.add_argument("--work", type=Path, default=cache_dir() / "table3-real" / "work")
+    ap.add_argument("--write", action="store_true", help="then rewrite table3.md's block (module docstring)")
     args = ap.parse_args()
     if not (args.store / "runs.jsonl").is_file():
         ap.exit(2, f"store: {args.store / 'runs.jsonl'} does not exist; give a powered store's folder\n")
@@ -105,6 +127,8 @@ def main() -> int:
                      "provenance": provenance(None, {"store": str(args.store)},
                                               data_label="D_P test / validation parts")}, indent=1)
     print(table(entries, theta0))
+    if args.write:
+        write_block()
     return 0
 
 

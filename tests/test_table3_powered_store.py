@@ -128,3 +128,4 @@ def test_the_statistics_diagnostic_covers_its_store_and_is_quoted(path):
         assert lo <= e["rir_groups_statistics_reestimated"] <= hi
     page = (ROOT / "docs" / "reproduction" / "table3.md").read_text()
     assert script.table(saved["runs"], saved["theta0_dp_test_acc"]) in page
+    assert script.block() in page  # the block as --write makes it

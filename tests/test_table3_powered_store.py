@@ -1,7 +1,7 @@
 """Every committed real-network Table 3 record that keeps its group spectra (the runs with power: the controls and
-the methods at >= 300 steps, in powered/ and in the unfinished parts of its sweeps) recomputes, in plain NumPy, from what it stores: the groups estimator's terms from
-``group_spectra`` and the exact estimator's from ``singular_values``, both at the stored ``rank_rtol``; its
-checkpoints are ordered in steps and end at ``n_steps``."""
+the methods at >= 300 steps, in powered/ and in the unfinished parts of its sweeps) recomputes, in plain NumPy, from
+what it stores: the groups estimator's terms from ``group_spectra`` and the exact estimator's from
+``singular_values``, both at the stored ``rank_rtol``; its checkpoints are ordered in steps and end at ``n_steps``."""
 
 from __future__ import annotations
 

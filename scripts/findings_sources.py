@@ -102,7 +102,8 @@ T2_PAPER = Source("table2/paper_alg1/selection_paper.json", table2_table)
 T2_PAPER_90 = Source("table2/full90/headline.json", table2_headline("paper"))
 T2_OFFICIAL_90 = Source("table2/full90/headline.json", table2_headline("official"))
 T3_PROXY = Source("table3/runs.jsonl", table3_runs)
-T3_POWERED_PATH = "table3/powered/pilot/fmnist_vs_mnist/paper/runs.jsonl"
+#: the selection grids' stores (paper protocol, float32 tail), per direction: what the decision table reads
+T3_GRID_PATHS = {d: f"table3/powered/grid/{d}/paper_f32/runs.jsonl" for d in ("fmnist_vs_mnist", "mnist_vs_fmnist")}
 
 
 def powered_records(path: Path) -> list[dict]:
@@ -123,7 +124,7 @@ def table3_powered(path: Path, method: str) -> MeanStd | None:
     return of_runs(rir) if rir else None
 
 
-T3_POWERED = Source(T3_POWERED_PATH, table3_powered)
+T3_GRIDS = {d: Source(path, table3_powered) for d, path in T3_GRID_PATHS.items()}
 
 
 # ---- docs/reproduction/table1.md: RIR per method under each protocol --------------------------------------------

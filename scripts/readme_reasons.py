@@ -13,19 +13,19 @@ from kappalab.reproduce.table1.constants import LABELS, PAPER_TABLE1
 from kappalab.reproduce.table2.constants import PAPER_FIG2_SUCCESS, PAPER_TABLE2, SUCCESS_THRESHOLD
 
 from findings_sources import (  # a sibling: scripts/ is on the path (readme_findings puts it there)
-    REPRO, Source, T1_PAPER, T1_SHIPPED_1000, T2_PAPER, T2_PAPER_90, T3_POWERED_PATH, TABLE1_SETTINGS,
+    REPRO, Source, T1_PAPER, T1_SHIPPED_1000, T2_PAPER, T2_PAPER_90, T3_GRID_PATHS, TABLE1_SETTINGS,
     stored, table1_report,
 )
 
 
-def table3_powered_reason(method: str) -> str:
-    """The README's "why they differ" cell of the powered row, from the decision table: the verdict, the seeds and
-    setting, the controls' group RIR, and the D_P accuracy lost."""
+def table3_powered_reason(method: str, direction: str) -> str:
+    """The README's "why they differ" cell of a selection grid's row, from the decision table: the verdict, the
+    seeds and setting, the controls' group RIR, and the D_P accuracy lost."""
     from kappalab.reproduce.table3.decision import decide
 
-    rows = {row.method: row for row in decide(stored(REPRO / T3_POWERED_PATH))}
+    rows = {row.method: row for row in decide(stored(REPRO / T3_GRID_PATHS[direction]))}
     row, oracle, null = rows[method], rows["oracle"], rows["task_only"]
-    return (f"{row.verdict} (decision rule in the report; {row.n} seed(s), lr and lambda multiple {row.setting}): "
+    return (f"{row.verdict}, by the report's decision rule; {row.n} seed(s) at lr, lambda multiple {row.setting}; "
             f"the oracle control reads {oracle.rir['groups']:.3g} with {oracle.accuracy_drop:.1f} points of D_P "
             f"accuracy lost, task_only {null.rir['groups']:.3g}; {LABELS[method]} loses {row.accuracy_drop:.1f} "
             "points")

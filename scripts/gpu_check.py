@@ -140,8 +140,9 @@ def _table1(protocol: str) -> Callable[[Context], dict[str, Any]]:
 
 def table3(ctx: Context) -> dict[str, Any]:
     """The real network where its weights and data are given (TABLE3_WEIGHTS, TABLE3_IMAGENET, TABLE3_HARMFUL_DIR);
-    the dry run: the same runner (:func:`kappalab.reproduce.table3.sweep.sweep`: training, calibration, both RIR estimators, the store) on the tiny
-    task of tests/test_reproduce_table3.py (8 x 8 random images, one epoch of Ours)."""
+    the dry run: the same runner (:func:`kappalab.reproduce.table3.sweep.sweep`: training, calibration, both RIR
+    estimators, the store) on the tiny task of tests/test_reproduce_table3.py (8 x 8 random images, one epoch of
+    Ours)."""
     if ctx.dry:
         return _pytest(ctx, ["tests/test_reproduce_table3.py", "-k", "only_rank_0_records and not 1"])
     weights, imagenet, harmful = (os.environ.get(k, "") for k in ("TABLE3_WEIGHTS", "TABLE3_IMAGENET",

@@ -213,7 +213,8 @@ def deep_profile() -> str:
     if failed:
         lines += ["", "A claim whose tests failed gets the verdict \"check failed\". The deep profile's failures, "
                   "none of them a counterexample to the claim:", ""]
-        lines += [f"* {cid}, `{t.split('::')[1]}`: its falsifying example is in verdicts_deep.log." for t, cid in failed]
+        lines += [f"* {cid}, `{t.split('::')[1]}`: its falsifying example is in verdicts_deep.log."
+                  for t, cid in failed]
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,9 @@
 """Merge the parts of a Table 3 sweep that ran into separate folders (``--methods`` split across processes) into
 one store: every record once, by key. A key two parts both hold (the ``init`` record each part makes at every grid
 point) must agree on every field but the timings and provenance (``cpu_s``, ``wall_s``, ``provenance``,
-``trunk_load``); otherwise nothing is written and the key and fields are named.
+``trunk_load``, and the trunk cache's own ``cpu_s``/``wall_s`` in ``trunk``: a cache file two processes both made
+holds the same activations, its ``array_sha256``, made at different speeds); otherwise nothing is written and the key
+and fields are named.
 
 Usage: python experiments/table3_merge_parts.py OUT_DIR PART_DIR [PART_DIR ...]   (writes OUT_DIR/runs.jsonl)
 """
@@ -13,6 +15,15 @@ from pathlib import Path
 from kappalab.atomic_io import write_text
 
 VOLATILE = {"cpu_s", "wall_s", "provenance", "trunk_load"}
+
+
+def _comparable(record: dict) -> dict:
+    """``record`` without what may differ between two makings of it (module docstring)."""
+    out = {k: v for k, v in record.items() if k not in VOLATILE}
+    if "trunk" in out:
+        out["trunk"] = {part: {k: v for k, v in meta.items() if k not in ("cpu_s", "wall_s")}
+                        for part, meta in out["trunk"].items()}
+    return out
 
 
 def main(out: Path, parts: list[Path]) -> int:
@@ -32,7 +43,8 @@ def main(out: Path, parts: list[Path]) -> int:
                 seen[record["key"]] = record
                 lines.append(line)
                 continue
-            differ = sorted(k for k in (set(first) | set(record)) - VOLATILE if first.get(k) != record.get(k))
+            a, b = _comparable(first), _comparable(record)
+            differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
             if differ:
                 print(f"table3_merge_parts: {record['key']}: the parts disagree on {differ}; nothing written",
                       file=sys.stderr)

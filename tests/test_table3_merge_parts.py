@@ -1,5 +1,5 @@
-"""experiments/table3_merge_parts.py: every record once by key; a key two parts hold must agree but for timings and
-provenance (the trunk cache's making included), else nothing is written."""
+"""experiments/table3_merge_parts.py: every record once by key; a key two parts hold must agree but for timings,
+provenance, the trunk cache's making and floats' rounding, else nothing is written."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def _script():
 
 def _init(cpu: float, trunk_cpu: float, acc: float = 0.8) -> dict:
     return {"key": "x/seed1/init.abc", "method": "init", "cpu_s": cpu, "utility": {"dp_test_acc": acc},
-            "trunk": {"P": {"array_sha256": "f00", "cpu_s": trunk_cpu, "wall_s": 2 * trunk_cpu}}}
+            "trunk": {"P": {"key": "images", "array_sha256": "f00", "cpu_s": trunk_cpu, "wall_s": 2 * trunk_cpu,
+                            "threads": 1}}}
 
 
 def _part(folder: Path, *records: dict) -> Path:
@@ -28,10 +29,12 @@ def _part(folder: Path, *records: dict) -> Path:
     return folder
 
 
-def test_a_shared_record_made_twice_is_kept_once_and_its_timings_may_differ(tmp_path: Path) -> None:
+def test_a_shared_record_made_twice_is_kept_once_and_its_timings_and_rounding_may_differ(tmp_path: Path) -> None:
     run = {"key": "x/seed1/ours.def", "method": "ours", "cpu_s": 500.0}
+    other_machine = _init(9.0, 11.3, acc=0.8 * (1 + 2e-5))  # another machine's rounding
+    other_machine["trunk"]["P"].update(array_sha256="ba5", threads=2)  # its float32 activations, made its way
     a = _part(tmp_path / "a", _init(30.0, 11.5))
-    b = _part(tmp_path / "b", _init(9.0, 11.3), run)
+    b = _part(tmp_path / "b", other_machine, run)
     assert _script().main(tmp_path, [a, b]) == 0
     merged = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     assert [r["key"] for r in merged] == ["x/seed1/init.abc", "x/seed1/ours.def"] and merged[0]["cpu_s"] == 30.0
@@ -39,9 +42,9 @@ def test_a_shared_record_made_twice_is_kept_once_and_its_timings_may_differ(tmp_
 
 def test_parts_that_disagree_on_a_measured_field_write_nothing(tmp_path: Path, capsys) -> None:
     a = _part(tmp_path / "a", _init(30.0, 11.5, acc=0.8))
-    b = _part(tmp_path / "b", _init(30.0, 11.5, acc=0.7))
+    b = _part(tmp_path / "b", _init(30.0, 11.5, acc=0.8 * (1 + 1e-3)))  # 10x the tolerance
     changed = _init(30.0, 11.5)
-    changed["trunk"]["P"]["array_sha256"] = "bad"  # other activations: not a timing
+    changed["trunk"]["P"]["key"] = "other images"  # another cache: not how one was made
     c = _part(tmp_path / "c", changed)
     out = tmp_path / "out"
     out.mkdir()

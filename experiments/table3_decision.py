@@ -85,12 +85,12 @@ def write_blocks(page: Path = DOCS / "table3.md") -> None:
     """Rewrite the page's ``table3-decision``, ``table3-decision-pilots`` and ``table3-checkpoints`` blocks with
     :func:`render`, :func:`render_pilots` and :func:`render_checkpoints`."""
     from kappalab.atomic_io import write_text
+    from kappalab.doc_blocks import replace_block
 
     text = page.read_text()
     for name, body in (("table3-decision", render()), ("table3-decision-pilots", render_pilots()),
                        ("table3-checkpoints", render_checkpoints())):
-        start = text.index("\n", text.index(f"<!-- generated: {name}")) + 1
-        text = text[:start] + body + text[text.index(f"<!-- end: {name} -->"):]
+        text = replace_block(text, name, body, str(page))
     write_text(page, text)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from kappalab.atomic_io import write_json, write_text
+from kappalab.doc_blocks import replace_block
 from kappalab.data.fetch import cache_dir
 from kappalab.deep import accuracy
 from kappalab.estimators import estimate_all
@@ -103,9 +104,7 @@ def block() -> str:
 
 def write_block(page: Path = PAGE) -> None:
     """Rewrite ``page``'s ``table3-norm-statistics`` block with :func:`block`."""
-    text, name = page.read_text(), "table3-norm-statistics"
-    start = text.index("\n", text.index(f"<!-- generated: {name}")) + 1
-    write_text(page, text[:start] + block() + text[text.index(f"<!-- end: {name} -->"):])
+    write_text(page, replace_block(page.read_text(), "table3-norm-statistics", block(), str(page)))
 
 
 def main() -> int:

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from kappalab.doc_blocks import block_pattern, replace_block
 from kappalab.findings import claims_table, read_verdicts
 from kappalab.methods import DEEP_METHODS
 from kappalab.reproduce.table1.constants import LABELS
@@ -231,23 +232,15 @@ BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
 APPENDED = {"deep-profile"}
 
 
-def block_pattern(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(<!-- generated: {re.escape(name)} \(scripts/readme_findings.py\) -->\n)(.*?)"
-                      rf"(<!-- end: {re.escape(name)} -->)", re.S)
-
-
 def rendered(path: str) -> tuple[str, str]:
     """(the file as committed, the file with its blocks regenerated); a missing block is an error naming it."""
     text = (ROOT / path).read_text()
     new = text
     for name, make in BLOCKS[path].items():
-        pattern = block_pattern(name)
-        if not pattern.search(new) and name in APPENDED:
+        if not block_pattern(name).search(new) and name in APPENDED:
             new = (new.rstrip("\n") + f"\n\n<!-- generated: {name} (scripts/readme_findings.py) -->\n"
                    f"<!-- end: {name} -->\n")
-        if not pattern.search(new):
-            raise ValueError(f"{path}: no generated block {name!r} (markers missing)")
-        new = pattern.sub(lambda m, body=make().rstrip("\n"): m[1] + body + "\n" + m[3], new)
+        new = replace_block(new, name, make(), path)
     return text, new
 
 

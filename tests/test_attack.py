@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kappalab.attack import probe_attackers as pa
-from kappalab.attack.extractor_attackers import batch_grads, extractor_attack
+from kappalab.attack.extractor_attackers import batch_grads, extractor_attack, lora_grads
 from kappalab.attack.measures import first_reach, slowdown
-from kappalab.attack.problem import Factor, loss
+from kappalab.attack.problem import Factor, Rotated, loss
 from kappalab.attack.registry import FUNCTIONS, registry
 
 EPS = np.finfo(np.float64).eps
@@ -42,7 +42,7 @@ def test_gd_follows_the_eigenbasis_closed_form() -> None:
     F, Y = _features(60, 8, 1e3, 0)
     f = Factor.of(F)
     t = 50
-    W = _take(pa.gd(F, Y, f), t)[-1]
+    W = _take(pa.gd(Rotated.of(F, Y, f)), t)[-1]
     U, s, Vt = np.linalg.svd(F, full_matrices=False)
     decay = (1 - s ** 2 / (F.shape[0] * f.s_max)) ** t
     expected = Vt.T @ (((1 - decay) / s)[:, None] * (U.T @ Y))
@@ -54,7 +54,7 @@ def test_solve_is_lstsq_and_its_loss_does_not_depend_on_kappa() -> None:
     """One step reaches the least-squares optimum at kappa 4 and 1e10 alike (same column space, same targets)."""
     for kappa in (4.0, 1e10):
         F, Y = _features(80, 10, kappa, 1)
-        W = next(pa.solve(F, Y, Factor.of(F)))
+        W = next(pa.solve(Rotated.of(F, Y)))
         ref = np.linalg.lstsq(F, Y, rcond=None)[0]
         # backward-stable solutions agree to about kappa(F) * eps relative (kappa(F) = sqrt(kappa))
         assert np.linalg.norm(W - ref) <= 100 * np.sqrt(kappa) * EPS * np.linalg.norm(ref)
@@ -68,20 +68,20 @@ def test_lbfgs_reaches_the_optimum_in_about_rank_steps() -> None:
     f = Factor.of(F)
     f_star = loss(F, Y, f.solve(Y))
     f_0 = loss(F, Y, np.zeros((10, 2)))
-    W = _take(pa.lbfgs(F, Y, f, memory=10), 40)[-1]
+    W = _take(pa.lbfgs(Rotated.of(F, Y, f), memory=10), 40)[-1]
     assert loss(F, Y, W) - f_star <= 1e-10 * (f_0 - f_star)
-    W_gd = _take(pa.gd(F, Y, f), 40)[-1]
+    W_gd = _take(pa.gd(Rotated.of(F, Y, f)), 40)[-1]
     assert loss(F, Y, W_gd) - f_star > 1e-3 * (f_0 - f_star)
 
 
 def test_momentum_without_momentum_is_gradient_descent_and_adam_first_step_is_sign() -> None:
     F, Y = _features(40, 6, 100.0, 3)
     f = Factor.of(F)
-    W_m = _take(pa.momentum(F, Y, f, scale=0.7, beta=0.0), 5)[-1]
-    W_g = _take(pa.gd(F, Y, f, scale=0.7), 5)[-1]
+    W_m = _take(pa.momentum(Rotated.of(F, Y, f), scale=0.7, beta=0.0), 5)[-1]
+    W_g = _take(pa.gd(Rotated.of(F, Y, f), scale=0.7), 5)[-1]
     assert np.allclose(W_m, W_g, rtol=0, atol=10 * EPS * np.abs(W_g).max())
     # Adam's first bias-corrected step is lr * g / (|g| + eps'): -lr * sign(g) up to the eps term
-    W1 = next(pa.adam(F, Y, f, lr=0.01))
+    W1 = next(pa.adam(Rotated.of(F, Y, f), lr=0.01))
     G = F.T @ (F @ np.zeros((6, 2)) - Y) / F.shape[0]
     assert np.allclose(W1, -0.01 * G / (np.abs(G) + pa.ADAM_EPS), rtol=0, atol=4 * EPS * 0.01)
 
@@ -99,6 +99,20 @@ def test_extractor_gradients_match_central_differences() -> None:
         args_m = [M - h * E, W] if which == 0 else [M, W - h * E]
         fd = (batch_grads(Xb, Yb, *args_p)[0] - batch_grads(Xb, Yb, *args_m)[0]) / (2 * h)
         assert abs(fd - np.sum(grad * E)) <= 1e-7 * max(1.0, abs(fd)), (which, fd, np.sum(grad * E))
+
+
+def test_lora_gradients_match_central_differences() -> None:
+    """As above, for ``M = theta + B A`` in B, A and W (the bound and step as above)."""
+    rng = np.random.default_rng(6)
+    Xb, Yb, theta, B, A, W = (rng.standard_normal(s) for s in ((16, 5), (16, 2), (5, 4), (5, 3), (3, 4), (4, 2)))
+    _, *grads = lora_grads(Xb, Yb, theta, B, A, W)
+    h = 1e-5
+    for i, grad in enumerate(grads):
+        E = rng.standard_normal(grad.shape)
+        plus, minus = [B, A, W], [B, A, W]
+        plus[i], minus[i] = plus[i] + h * E, minus[i] - h * E
+        fd = (lora_grads(Xb, Yb, theta, *plus)[0] - lora_grads(Xb, Yb, theta, *minus)[0]) / (2 * h)
+        assert abs(fd - np.sum(grad * E)) <= 1e-7 * max(1.0, abs(fd)), (i, fd, np.sum(grad * E))
 
 
 @pytest.mark.parametrize("rank", [None, 2])
@@ -164,3 +178,30 @@ def test_scope_attacks_a_deep_model_from_its_features_alone() -> None:
     assert solve["reached"] and solve["slowdown"] <= 2
     with pytest.raises(ValueError, match="finetune change the extractor"):
         run_group(group, ("gd", "finetune"), log=lambda line: None)
+
+
+def test_a_strided_curve_is_the_full_curve_at_its_computed_steps_and_reach_is_late_by_less_than_the_stride() -> None:
+    """``curve_every = 10`` (the deep attackers' stride) on a linear extractor's fine-tuning, same seed: the computed
+    points are the every-step curve's (the same iterates; rtol 1e-12 covers a different summation order), NaN
+    elsewhere; a reach step read from it is the first computed step at or below the target: never before the full
+    curve's (a minibatch curve may dip below the target between computed steps and rise again)."""
+    from kappalab.attack.measures import attack
+    from kappalab.attack.problem import Split
+    from kappalab.attack.registry import Model
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((200, 6))
+    y = X @ rng.standard_normal(6) + 0.1 * rng.standard_normal(200)
+    theta = rng.standard_normal((6, 6))
+    model = Model(Split.of(X @ theta, y, 0), Split.of(X, y, 0), theta)
+    finetune = registry()["finetune"]
+    kw = dict(budgets=(1, 10, 100), steps=300, batch_size=16, selection_budget=20)
+    full = attack(model, finetune, 0, **kw).curve
+    strided = attack(model, finetune, 0, curve_every=10, **kw).curve
+    computed = np.flatnonzero(~np.isnan(strided))
+    assert list(computed) == list(range(11)) + list(range(20, 301, 10))
+    assert np.allclose(strided[computed], full[computed], rtol=1e-12, atol=0)
+    for target in np.quantile(full[:301], [0.1, 0.3, 0.6]):
+        true, read = first_reach(full, target, 0.0, 300), first_reach(strided, target, 0.0, 300)
+        assert true is not None and read is not None and true <= read
+        assert read == min(t for t in computed if full[t] <= target)

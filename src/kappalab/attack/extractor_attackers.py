@@ -10,7 +10,10 @@ the inputs: ``loss(X, Y, M W)`` (:func:`kappalab.attack.problem.loss`).
   ``+-1/sqrt(D)`` at the start (peft's LoRA initialisation with scaling ``alpha / r = 1``); B, A and W trained.
 
 Gradients (chain rule of the batch loss, ``R = X_b M W - Y_b``): ``dW = (X_b M)^T R / b``,
-``dM = X_b^T R W^T / b``; for LoRA ``dB = dM A^T`` and ``dA = B^T dM``.
+``dM = X_b^T R W^T / b``; for LoRA ``dB = dM A^T`` and ``dA = B^T dM``. Every product is taken through
+``g = X_b^T R / b`` (``D_in x C``) and ``M W``: ``R = X_b (M W) - Y_b``, ``dW = M^T g``, ``dM = g W^T``,
+``dB = g (A W)^T``, ``dA = (B^T g) W^T``; the same values as the forms above, without the ``b x D_in x D``
+products (``X_b M``) that those would form.
 """
 
 from __future__ import annotations
@@ -48,10 +51,24 @@ def minibatches(n: int, batch_size: int, rng: np.random.Generator) -> Iterator[n
 
 def batch_grads(Xb: np.ndarray, Yb: np.ndarray, M: np.ndarray, W: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """The batch loss ``||Xb M W - Yb||^2 / (2b)`` and its gradients in M and W (module docstring)."""
-    Fb = Xb @ M
-    R = Fb @ W - Yb
+    loss, g = _batch(Xb, Yb, M @ W)
+    return loss, g @ W.T, M.T @ g
+
+
+def lora_grads(Xb: np.ndarray, Yb: np.ndarray, theta: np.ndarray, B: np.ndarray, A: np.ndarray,
+               W: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """The batch loss of ``M = theta + B A`` and its gradients in B, A and W (module docstring)."""
+    AW = A @ W
+    loss, g = _batch(Xb, Yb, theta @ W + B @ AW)
+    Bg = B.T @ g
+    return loss, g @ AW.T, Bg @ W.T, theta.T @ g + A.T @ Bg
+
+
+def _batch(Xb: np.ndarray, Yb: np.ndarray, MW: np.ndarray) -> tuple[float, np.ndarray]:
+    """The batch loss of the end-to-end map ``MW`` and ``g = Xb^T R / b``."""
+    R = Xb @ MW - Yb
     b = Xb.shape[0]
-    return float(np.sum(R * R)) / (2 * b), Xb.T @ (R @ W.T) / b, Fb.T @ R / b
+    return float(np.sum(R * R)) / (2 * b), Xb.T @ R / b
 
 
 def extractor_attack(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, *, seed: int, optimizer: str, lr: float,
@@ -71,7 +88,9 @@ def extractor_attack(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, *, seed: i
         params = [B, A_, W]
     opt = _Optimizer(optimizer, lr, params)
     for rows in minibatches(X.shape[0], batch_size, rng):
-        _, dM, dW = batch_grads(X[rows], Y[rows], M if rank is None else theta + B @ A_, W)
-        grads = [dM, dW] if rank is None else [dM @ A_.T, B.T @ dM, dW]
-        opt.update(params, grads)
-        yield (M if rank is None else theta + B @ A_) @ W
+        if rank is None:
+            grads = batch_grads(X[rows], Y[rows], M, W)[1:]
+        else:
+            grads = lora_grads(X[rows], Y[rows], theta, B, A_, W)[1:]
+        opt.update(params, list(grads))
+        yield M @ W if rank is None else theta @ W + B @ (A_ @ W)

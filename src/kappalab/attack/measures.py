@@ -4,7 +4,11 @@
   one with the lowest validation loss at that step is chosen (the attacker picks what works best for it; a diverged
   run has loss inf and is never chosen unless all diverge; ties go to the first in grid order).
 * :func:`attack`: the chosen attacker runs ``steps`` steps; the training loss after every step (index 0 = the
-  start, ``W = 0``) is the curve, the training and test loss at each budget and the wall time are recorded.
+  start, ``W = 0``) is the curve, the training and test loss at each budget and the wall time are recorded. With
+  ``curve_every = k > 1`` (the deep attackers, whose loss is a forward pass over the training rows) the curve is
+  computed at steps ``0..k``, at every k-th step and at the budgets, and is NaN at the others: a reach step is then
+  the first computed step at or below the target, never before the every-step curve's and at most ``k - 1`` steps
+  after it where the curve decreases (a minibatch curve can dip below the target between computed steps).
 * :func:`first_reach` and :func:`slowdown`: the one home of the reach rule. theta_0's loss at budget B with the same
   attacker is the target; theta_I reaches it at the first step t with ``curve_I[t] <= target + slack`` (``slack``
   the two models' rounding bounds, :func:`kappalab.attack.problem.rounding_slack`), searched up to
@@ -31,11 +35,16 @@ def _loss(A: np.ndarray, Y: np.ndarray, it: Any) -> float:
     return loss(A, Y, it) if isinstance(it, np.ndarray) else prediction_loss(it.predict(A), Y)
 
 
-def _slack(A: np.ndarray, Y: np.ndarray, it: Any) -> float:
-    """:func:`kappalab.attack.problem.rounding_slack` of an iterate (a snapshot's on its features)."""
-    if isinstance(it, np.ndarray):
-        return rounding_slack(A, Y, it)
-    return rounding_slack(it.features(A), Y, it.W, it.rounding())
+def _slack(model: Model, attacker: Attacker, it: Any) -> float:
+    """The rounding bound of an iterate's training loss as the curve computed it: a linear map's through the
+    design's :class:`kappalab.attack.problem.Rotated` (:meth:`~kappalab.attack.problem.Rotated.slack`), a
+    snapshot's from its features (:func:`kappalab.attack.problem.rounding_slack`)."""
+    A, Y = _design(model, attacker).train
+    if not isinstance(it, np.ndarray):
+        return rounding_slack(it.features(A), Y, it.W, it.rounding())
+    if attacker.changes_extractor and model.deep is not None:
+        return rounding_slack(A, Y, it)  # a deep attack that diverged at once: its start, W = 0
+    return _rotated(model, attacker).slack(A, Y, it)
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,7 @@ class Run:
     wall_s: float  #: seconds for the run's steps (the curve's evaluation excluded)
     slack: float  #: rounding bound of the loss at the last finite iterate
     tuning: Tuning | None = field(default=None)
+    curve_every: int = 1  #: the curve's stride (module docstring)
 
     @property
     def steps(self) -> int:
@@ -68,14 +78,29 @@ def _design(model: Model, attacker: Attacker):
     return model.inputs if attacker.changes_extractor else model.features
 
 
+def _rotated(model: Model, attacker: Attacker):
+    """The training loss of a linear iterate on the attacker's design (features, or a linear extractor's inputs)."""
+    return _design(model, attacker).rotated
+
+
+def _train_loss(model: Model, attacker: Attacker):
+    """The curve's loss of one iterate: a linear map's through the design's rotated problem (``k D C`` a step), a
+    deep model's snapshot from its predictions of the training rows."""
+    if attacker.changes_extractor and model.deep is not None:
+        A, Y = model.inputs.train
+        return lambda it: prediction_loss(it.predict(A), Y)
+    return _rotated(model, attacker).loss
+
+
 def _iterate(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: int, batch_size: int, steps: int,
-             keep: set[int]):
-    """Run ``steps`` steps; returns the training-loss curve, the iterates at the steps in ``keep``, the last finite
-    iterate and the stepping time."""
+             keep: set[int], curve_every: int):
+    """Run ``steps`` steps; returns the training-loss curve (module docstring: ``curve_every``), the iterates at the
+    steps in ``keep``, the last finite iterate and the stepping time."""
     A, Y = _design(model, attacker).train
     curve = np.full(steps + 1, math.inf)
     W0 = np.zeros((A.shape[1], Y.shape[1]))
     curve[0] = loss(A, Y, W0)
+    train_loss = _train_loss(model, attacker)
     kept, last, wall = {0: W0} if 0 in keep else {}, W0, 0.0
     it = attacker.start(model, params, seed, batch_size)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -83,7 +108,10 @@ def _iterate(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: 
             t0 = time.perf_counter()
             W = next(it)
             wall += time.perf_counter() - t0
-            value = _loss(A, Y, W)
+            if t > curve_every and t % curve_every and t not in keep:
+                curve[t] = math.nan  # not computed (module docstring)
+                continue
+            value = train_loss(W)
             if not math.isfinite(value):
                 break  # diverged: the rest of the curve stays inf
             curve[t], last = value, W
@@ -92,33 +120,43 @@ def _iterate(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: 
     return curve, kept, last, wall
 
 
+def _final(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: int, batch_size: int, steps: int):
+    """The iterate after ``steps`` steps, no loss computed on the way (tuning reads only that one)."""
+    it = attacker.start(model, params, seed, batch_size)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for _ in range(steps):
+            W = next(it)
+    return W
+
+
 def tune(model: Model, attacker: Attacker, seed: int, batch_size: int, selection_budget: int) -> Tuning:
     """The attacker's choice on the validation rows (module docstring)."""
     Av, Yv = _design(model, attacker).val
     losses = []
     for params in attacker.grid:
-        curve, kept, _, _ = _iterate(model, attacker, params, seed, batch_size, selection_budget, {selection_budget})
-        W = kept.get(selection_budget)
+        W = _final(model, attacker, params, seed, batch_size, selection_budget)
         with np.errstate(over="ignore", invalid="ignore"):
-            value = _loss(Av, Yv, W) if W is not None else math.inf
+            value = _loss(Av, Yv, W)
         losses.append(value if math.isfinite(value) else math.inf)
     best = int(np.argmin(losses))
     return Tuning(dict(attacker.grid[best]), tuple(losses), selection_budget)
 
 
 def attack(model: Model, attacker: Attacker, seed: int, *, budgets: tuple[int, ...], steps: int, batch_size: int,
-           selection_budget: int) -> Run:
+           selection_budget: int, curve_every: int = 1) -> Run:
     """Tune, then run ``steps`` steps with the choice; losses at each budget on the training and test rows."""
+    if curve_every < 1:
+        raise ValueError(f"curve_every must be >= 1, got {curve_every}")
     tuning = tune(model, attacker, seed, batch_size, selection_budget) if len(attacker.grid) > 1 else None
     params = tuning.chosen if tuning is not None else dict(attacker.grid[0])
-    curve, kept, last, wall = _iterate(model, attacker, params, seed, batch_size, steps, set(budgets))
+    curve, kept, last, wall = _iterate(model, attacker, params, seed, batch_size, steps, set(budgets), curve_every)
     design = _design(model, attacker)
     at_budget = {}
     for b in budgets:
         W = kept.get(b)
         at_budget[b] = {"train": float(curve[b]) if b < curve.size else math.inf,
                         "test": _loss(*design.test, W) if W is not None else math.inf}
-    return Run(attacker.name, params, curve, at_budget, wall, _slack(*design.train, last), tuning)
+    return Run(attacker.name, params, curve, at_budget, wall, _slack(model, attacker, last), tuning, curve_every)
 
 
 def first_reach(curve: np.ndarray, target: float, slack: float, limit: int) -> int | None:

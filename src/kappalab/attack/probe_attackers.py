@@ -1,8 +1,10 @@
 """Attackers of the l2 probe on frozen features (the paper's threat model): each is an iterator of probe weights.
 
 Every attacker starts from ``W_0 = 0`` and yields ``W_1, W_2, ...`` (one per step; a step is one gradient of the
-training loss :func:`kappalab.attack.problem.loss`, or for ``solve`` one factorisation). ``lr`` below is relative to
-the Hessian's ``s_max`` (``step = scale / s_max``) wherever the method has a scale-free form:
+training loss, or for ``solve`` one factorisation). Each reads the loss through the model's
+:class:`kappalab.attack.problem.Rotated` (gradients and curvature in the shared SVD's basis, the same values as
+``A^T (A W - Y) / N`` and ``||A P||^2 / N``). ``lr`` below is relative to the Hessian's ``s_max``
+(``step = scale / s_max``) wherever the method has a scale-free form:
 
 * ``gd``: Eq. 2's plain gradient descent, step ``1 / s_max`` (what the lab's probes measure).
 * ``gd_tuned``: the best fixed step ``scale / s_max`` of a grid (stable for ``scale < 2``).
@@ -21,44 +23,40 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .problem import Factor
+from .problem import Rotated
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
 
-def _grad(A: np.ndarray, Y: np.ndarray, W: np.ndarray) -> np.ndarray:
-    return A.T @ (A @ W - Y) / A.shape[0]
+def _start(problem: Rotated) -> np.ndarray:
+    return np.zeros((problem.factor.Vt.shape[1], problem.c.shape[1]))
 
 
-def _start(A: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    return np.zeros((A.shape[1], Y.shape[1]))
-
-
-def gd(A: np.ndarray, Y: np.ndarray, factor: Factor, *, scale: float = 1.0) -> Iterator[np.ndarray]:
+def gd(problem: Rotated, *, scale: float = 1.0) -> Iterator[np.ndarray]:
     """Gradient descent with the fixed step ``scale / s_max`` (``gd``: scale 1, Eq. 2; ``gd_tuned``: a grid)."""
-    W, step = _start(A, Y), scale / factor.s_max
+    W, step = _start(problem), scale / problem.factor.s_max
     while True:
-        W = W - step * _grad(A, Y, W)
+        W = W - step * problem.grad(W)
         yield W
 
 
-def momentum(A: np.ndarray, Y: np.ndarray, factor: Factor, *, scale: float, beta: float) -> Iterator[np.ndarray]:
+def momentum(problem: Rotated, *, scale: float, beta: float) -> Iterator[np.ndarray]:
     """Heavy-ball momentum with step ``scale / s_max`` and momentum ``beta``."""
-    W, step = _start(A, Y), scale / factor.s_max
+    W, step = _start(problem), scale / problem.factor.s_max
     V = np.zeros_like(W)
     while True:
-        V = beta * V - step * _grad(A, Y, W)
+        V = beta * V - step * problem.grad(W)
         W = W + V
         yield W
 
 
-def adam(A: np.ndarray, Y: np.ndarray, factor: Factor, *, lr: float) -> Iterator[np.ndarray]:
+def adam(problem: Rotated, *, lr: float) -> Iterator[np.ndarray]:
     """Adam on the probe weights (module docstring)."""
-    W = _start(A, Y)
+    W = _start(problem)
     state = AdamState.like(W)
     while True:
-        W = W - state.step(_grad(A, Y, W), lr)
+        W = W - state.step(problem.grad(W), lr)
         yield W
 
 
@@ -81,11 +79,11 @@ class AdamState:
         return lr * m_hat / (np.sqrt(v_hat) + ADAM_EPS)
 
 
-def lbfgs(A: np.ndarray, Y: np.ndarray, factor: Factor, *, memory: int) -> Iterator[np.ndarray]:
+def lbfgs(problem: Rotated, *, memory: int) -> Iterator[np.ndarray]:
     """L-BFGS with exact line search on the quadratic (module docstring); a curvature pair with ``<s, y> <= 0``
     (possible only through rounding, the loss being convex) is not stored."""
-    W = _start(A, Y)
-    G = _grad(A, Y, W)
+    W = _start(problem)
+    G = problem.grad(W)
     pairs: list[tuple[np.ndarray, np.ndarray, float]] = []
     while True:
         Q = G.copy()
@@ -100,15 +98,15 @@ def lbfgs(A: np.ndarray, Y: np.ndarray, factor: Factor, *, memory: int) -> Itera
         for (s, y, rho), a in zip(pairs, reversed(alphas)):
             Q += (a - rho * float(np.sum(y * Q))) * s
         P = -Q
-        AP = A @ P
-        curvature = float(np.sum(AP * AP)) / A.shape[0]  # <P, H P>
+        AP = problem.factor.s[:, None] * (problem.factor.Vt @ P)  # U^T A P
+        curvature = float(np.sum(AP * AP)) / problem.factor.n  # <P, H P>
         if not curvature > 0:  # G = 0 (or P in the null space): the optimum is reached
             yield W
             continue
         step = -float(np.sum(G * P)) / curvature
         S = step * P
         W = W + S
-        G_new = _grad(A, Y, W)
+        G_new = problem.grad(W)
         Yd = G_new - G
         sy = float(np.sum(S * Yd))
         if sy > 0:
@@ -118,8 +116,8 @@ def lbfgs(A: np.ndarray, Y: np.ndarray, factor: Factor, *, memory: int) -> Itera
         yield W
 
 
-def solve(A: np.ndarray, Y: np.ndarray, factor: Factor) -> Iterator[np.ndarray]:
+def solve(problem: Rotated) -> Iterator[np.ndarray]:
     """The minimum-norm least-squares solution, reached in one step and kept."""
-    W = factor.solve(Y)
+    W = problem.factor.solve_rotated(problem.c)
     while True:
         yield W

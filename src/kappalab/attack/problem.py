@@ -9,11 +9,14 @@ changes no iteration count.
 The rows of D_H are split once per seed into train / validation / test (:func:`split_rows`): attackers train on
 "train", pick their hyper-parameters by their loss on "validation" and are reported on "train" and "test".
 :class:`Factor` is the one SVD of the training features that every probe attacker of a model shares (``s_max`` for
-the step sizes, the pseudo-inverse for ``solve``).
+the step sizes, the pseudo-inverse for ``solve``); :class:`Rotated` is the training loss and its gradient in that
+SVD's basis, what the attackers step on and the curves read (a step costs ``k D C`` with ``k = min(N, D)``, not
+``N D C``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +50,11 @@ class Split:
     train: tuple[np.ndarray, np.ndarray]  #: (A, Y)
     val: tuple[np.ndarray, np.ndarray]
     test: tuple[np.ndarray, np.ndarray]
+
+    @functools.cached_property
+    def rotated(self) -> "Rotated":
+        """The training rows' loss in their SVD basis (one SVD, shared by every attacker that reads this split)."""
+        return Rotated.of(*self.train)
 
     @classmethod
     def of(cls, A: np.ndarray, Y: np.ndarray, seed: int) -> "Split":
@@ -103,8 +111,12 @@ class Factor:
 
     def solve(self, Y: np.ndarray) -> np.ndarray:
         """The minimum-norm least-squares solution ``V_k diag(1/s_k) U_k^T Y`` (rank-k pseudo-inverse)."""
+        return self.solve_rotated(self.U.T @ Y)
+
+    def solve_rotated(self, c: np.ndarray) -> np.ndarray:
+        """:meth:`solve` from ``c = U^T Y``."""
         k = self.rank
-        return self.Vt[:k].T @ ((self.U[:, :k].T @ Y) / self.s[:k, None])
+        return self.Vt[:k].T @ (c[:k] / self.s[:k, None])
 
 
 def rounding_slack(A: np.ndarray, Y: np.ndarray, W: np.ndarray, input_rounding: float = 0.0) -> float:
@@ -119,3 +131,49 @@ def rounding_slack(A: np.ndarray, Y: np.ndarray, W: np.ndarray, input_rounding: 
     R = A @ W - Y
     E = (gamma + input_rounding) * (np.abs(A) @ np.abs(W)) + gamma * np.abs(Y)
     return float(np.linalg.norm(R) * np.linalg.norm(E)) / A.shape[0]
+
+
+@dataclass(frozen=True)
+class Rotated:
+    """The training loss of a design ``A`` in its SVD basis (``A = U diag(s) Vt``, :class:`Factor`).
+
+    With ``c = U^T Y`` and ``Y_perp = Y - U c`` (orthogonal to U's columns), ``A W - Y = U (s * Vt W - c) - Y_perp``,
+    so ``L(W) = (||s * Vt W - c||^2 + ||Y_perp||^2) / (2N)`` and ``grad L(W) = Vt^T (s * (s * Vt W - c)) / N``: the
+    same loss and gradient as the residual forms, at ``k D C`` a step (``k = min(N, D)``) instead of ``N D C`` and
+    on ``k x D`` rather than ``N x D`` data. Both are exact in exact arithmetic; the computed values differ from
+    the residual form's by the SVD's backward error, which :meth:`slack` bounds beside the residual form's own
+    rounding (:func:`rounding_slack`)."""
+
+    factor: Factor
+    c: np.ndarray  #: U^T Y (k x C)
+    rest: float  #: ||Y_perp||^2 / (2N), the loss no W can remove
+    y_norm: float  #: ||Y||_F
+
+    @classmethod
+    def of(cls, A: np.ndarray, Y: np.ndarray, factor: Factor | None = None) -> "Rotated":
+        factor = Factor.of(A) if factor is None else factor
+        c = factor.U.T @ Y
+        perp = Y - factor.U @ c
+        return cls(factor, c, float(np.sum(perp * perp)) / (2 * factor.n), float(np.linalg.norm(Y)))
+
+    def residual(self, W: np.ndarray) -> np.ndarray:
+        """``s * Vt W - c``: the part of ``A W - Y`` in U's span, in U's basis (k x C)."""
+        return self.factor.s[:, None] * (self.factor.Vt @ W) - self.c
+
+    def loss(self, W: np.ndarray) -> float:
+        r = self.residual(W)
+        return float(np.sum(r * r)) / (2 * self.factor.n) + self.rest
+
+    def grad(self, W: np.ndarray) -> np.ndarray:
+        return self.factor.Vt.T @ (self.factor.s[:, None] * self.residual(W)) / self.factor.n
+
+    def slack(self, A: np.ndarray, Y: np.ndarray, W: np.ndarray, input_rounding: float = 0.0) -> float:
+        """A bound on ``|loss(W) - L(W)|`` (L the exact loss): the residual form's rounding (:func:`rounding_slack`)
+        plus the SVD's backward error. A computed SVD is the exact one of ``A + E`` with ``||E||_2 <= tau s_1`` and
+        its U orthonormal to ``tau``, ``tau = max(N, D) eps`` (the lab's rank tolerance,
+        :func:`kappalab.kappa.rank_rule`); to first order that moves the loss by ``||R|| tau (s_1 ||W|| + ||Y||) / N``
+        (``R = A W - Y``; the ``||Y||`` term is c's and Y_perp's share)."""
+        tau = max(A.shape) * np.finfo(np.float64).eps
+        R = A @ W - Y
+        shift = float(np.linalg.norm(R)) * tau * (float(self.factor.s[0]) * float(np.linalg.norm(W)) + self.y_norm)
+        return rounding_slack(A, Y, W, input_rounding) + shift / A.shape[0]

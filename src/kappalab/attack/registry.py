@@ -35,9 +35,9 @@ class Model:
     #: a deep extractor (:class:`kappalab.attack.deep_attackers.DeepExtractor`; ``inputs`` its trunk activations)
     deep: Any | None = None
 
-    @functools.cached_property
+    @property
     def factor(self) -> Factor:
-        return Factor.of(self.features.train[0])
+        return self.features.rotated.factor
 
 
 Start = Callable[[Model, Mapping[str, Any], int, int], Iterator[np.ndarray]]
@@ -56,8 +56,7 @@ class Attacker:
 
 def _probe(fn: Callable[..., Iterator[np.ndarray]], **fixed: Any) -> Start:
     def start(model: Model, params: Mapping[str, Any], seed: int, batch_size: int) -> Iterator[np.ndarray]:
-        A, Y = model.features.train
-        return fn(A, Y, model.factor, **fixed, **params)
+        return fn(model.features.rotated, **fixed, **params)
     return start
 
 
@@ -96,6 +95,7 @@ class Settings:
     selection_budget: int
     reach_factor: int
     batch_size: int
+    deep_curve_every: int  #: a deep attacker's curve stride (:func:`kappalab.attack.measures.attack`)
 
 
 def _expand(grid: Mapping[str, list[Any]]) -> tuple[dict[str, Any], ...]:
@@ -108,7 +108,7 @@ def _config() -> tuple[Settings, dict[str, Attacker]]:
     raw, path = read(CONFIG)
     try:
         settings = Settings(tuple(raw["budgets"]["value"]), raw["selection_budget"]["value"],
-                            raw["reach_factor"]["value"], raw["batch_size"]["value"])
+                            raw["reach_factor"]["value"], raw["batch_size"]["value"], raw["deep_curve_every"]["value"])
         grids = {name: entry["grid"] for name, entry in raw["attackers"].items()}
     except (KeyError, TypeError) as error:
         raise ConfigError(f"config {path}: missing or malformed entry {error}") from None

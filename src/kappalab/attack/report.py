@@ -126,7 +126,7 @@ def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: P
 
     attackers = list(dict.fromkeys(r["attacker"] for r in records))
     rs = [r for r in records if r["seed"] == seed and r["pair"] == pair]
-    f_star = min(float(curves[r["curve"]].min()) for r in rs if r["attacker"] == "solve")
+    f_star = min(float(np.nanmin(curves[r["curve"]])) for r in rs if r["attacker"] == "solve")
     cols = 5
     fig, axes = plt.subplots((len(attackers) + cols - 1) // cols, cols, figsize=(3.2 * cols, 5.6), squeeze=False)
     for ax, attacker in zip(axes.flat, attackers):
@@ -134,8 +134,9 @@ def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: P
             if r["attacker"] != attacker or r["method"] in ("init",):
                 continue
             c = curves[r["curve"]]
+            computed = ~np.isnan(c)  # a deep attacker's curve is computed every few steps (measures.attack)
             style = {"color": "k", "lw": 2, "zorder": 3} if r["method"] == REFERENCE else {"lw": 1}
-            ax.plot(np.arange(c.size), np.maximum(c - f_star, 1e-16), label=r["method"], **style)
+            ax.plot(np.flatnonzero(computed), np.maximum(c[computed] - f_star, 1e-16), label=r["method"], **style)
         ax.set(xscale="symlog", yscale="log", title=attacker, xlabel="steps")
     for ax in axes.flat[len(attackers):]:
         ax.axis("off")

@@ -101,8 +101,10 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
         runs: dict[str, Run] = {}
         for spec in group.models:
             t0 = time.perf_counter()
+            deep = spec.deep is not None and known[name].changes_extractor
             runs[spec.id] = attack(models[spec.id], known[name], group.seed, budgets=cfg.budgets, steps=steps,
-                                   batch_size=cfg.batch_size, selection_budget=cfg.selection_budget)
+                                   batch_size=cfg.batch_size, selection_budget=cfg.selection_budget,
+                                   curve_every=cfg.deep_curve_every if deep else 1)
             log(f"{group.model_id(spec)} {name}: {time.perf_counter() - t0:.1f} s, chose {runs[spec.id].params}")
         for spec in group.models:
             run = runs[spec.id]
@@ -117,7 +119,7 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
                     "grid": [dict(g) for g in known[name].grid], "val_losses": list(run.tuning.val_losses),
                     "selection_budget": run.tuning.selection_budget},
                 "at_budget": {str(b): v for b, v in run.at_budget.items()}, "wall_s": run.wall_s,
-                "slack": run.slack, "steps": run.steps, "curve": key,
+                "slack": run.slack, "steps": run.steps, "curve": key, "curve_every": run.curve_every,
                 "slowdown": {ref: {str(b): slowdown(run.curve, runs[ref].curve, b, run.slack + runs[ref].slack,
                                                     cfg.reach_factor).as_dict() for b in SLOWDOWN_BUDGETS}
                              for ref in refs},

@@ -1,6 +1,11 @@
 """Issue 39's cost measurement for the attackers that change the real network's tail (fine-tuning, LoRA): one step
-of each, and one evaluation of the harmful training loss on the training rows (what the scope run does after
-every step, :mod:`kappalab.attack.measures`), on one run of a powered Table 3 store.
+of each, and one evaluation of the harmful training loss on the training rows (what the scope run computes at
+the deep curve's points, :mod:`kappalab.attack.measures`), on one run of a powered Table 3 store.
+
+A model's cost per attacker: the tuning grid's steps (``grid x selection_budget``, no curve, one validation loss
+per grid value at about a third of a training evaluation: 20% of the rows against 60%), then the run's
+``reach_factor x 100`` steps with the curve computed at steps 0-k, every k-th step and the budgets
+(``k = deep_curve_every``).
 
     OMP_NUM_THREADS=1 PYTHONPATH=src .venv-deep/bin/python experiments/attack_cost_deep_tail.py STORE_DIR [--steps N]
 
@@ -35,7 +40,8 @@ train, _, _ = split_rows(tails.trunk.shape[0], run["seed"])
 X, Y = tails.trunk[train], np.eye(10)[tails.data.y["H", "heldout"].numpy()][train]
 cfg, known = settings(), registry()
 steps_per_model = {}
-print(f"run {run['key']}: {X.shape[0]} training rows, batch {cfg.batch_size}, one thread")
+dtype = next(extractor.model.trainable.parameters()).dtype
+print(f"run {run['key']}: {X.shape[0]} training rows, batch {cfg.batch_size}, tail in {dtype}, one thread")
 for name in ("finetune", "lora_r1", "lora_r4", "lora_r16"):
     params = dict(known[name].grid[0])
     it = deep_attack(extractor, X, Y, seed=0, batch_size=cfg.batch_size, **params)
@@ -45,8 +51,10 @@ for name in ("finetune", "lora_r1", "lora_r4", "lora_r16"):
     t0 = time.process_time()
     prediction_loss(snaps[-1].predict(X), Y)
     evaluation = time.process_time() - t0
-    n = len(known[name].grid) * cfg.selection_budget + cfg.reach_factor * 100  # tuning, then the run
-    steps_per_model[name] = n * (step + evaluation)
-    print(f"{name} ({params}): {step:.3f} CPU-s per step, {evaluation:.2f} CPU-s per evaluation; "
-          f"{n} steps with an evaluation each: {n * (step + evaluation) / 3600:.2f} CPU-h per model")
+    grid, run_steps, k = len(known[name].grid), cfg.reach_factor * 100, cfg.deep_curve_every
+    n = grid * cfg.selection_budget + run_steps  # tuning, then the run
+    points = len({t for t in range(run_steps + 1) if t <= k or t % k == 0} | set(cfg.budgets))
+    steps_per_model[name] = n * step + (points + grid / 3) * evaluation
+    print(f"{name} ({params}): {step:.3f} CPU-s per step, {evaluation:.2f} CPU-s per evaluation; {n} steps and {points} curve points: "
+          f"{steps_per_model[name] / 3600:.2f} CPU-h per model")
 print(f"one model, the four attackers: {sum(steps_per_model.values()) / 3600:.1f} CPU-h")

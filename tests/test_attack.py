@@ -4,6 +4,8 @@ and the extractor attackers' gradients against central differences. Features are
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -205,3 +207,24 @@ def test_a_strided_curve_is_the_full_curve_at_its_computed_steps_and_reach_is_la
         true, read = first_reach(full, target, 0.0, 300), first_reach(strided, target, 0.0, 300)
         assert true is not None and read is not None and true <= read
         assert read == min(t for t in computed if full[t] <= target)
+
+
+def test_append_keeps_what_is_stored_and_refuses_an_attack_stored_twice(tmp_path) -> None:
+    from kappalab.attack.scope import Group, ModelSpec, stored_twice, write
+
+    spec = ModelSpec("ours", np.eye(2), "immunized")
+    group = Group("table3", 1, "fmnist_vs_mnist", np.zeros((3, 2)), np.zeros(3), (spec,))
+    record = {"seed": 1, "method": "ours"}
+    write(tmp_path, "table3", [{**record, "attacker": "gd"}], {group.curve_key(spec, "gd"): np.ones(3)}, {}, "x")
+    assert stored_twice(tmp_path, "table3", [group], ["gd", "finetune"]) == [group.curve_key(spec, "gd")]
+    write(tmp_path, "table3", [{**record, "attacker": "finetune"}], {group.curve_key(spec, "finetune"): np.zeros(3)},
+          {}, "x", append=True)
+    lines = (tmp_path / "table3.jsonl").read_text().splitlines()
+    assert [json.loads(x)["attacker"] for x in lines] == ["gd", "finetune"]
+    with np.load(tmp_path / "table3_curves.npz") as z:
+        assert sorted(z.files) == sorted(group.curve_key(spec, a) for a in ("gd", "finetune"))
+        assert z[group.curve_key(spec, "gd")].tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="already holds table3/ours/s1/fmnist_vs_mnist\\|gd"):
+        write(tmp_path, "table3", [{**record, "attacker": "gd"}], {group.curve_key(spec, "gd"): np.ones(3)}, {}, "x",
+              append=True)
+    assert len((tmp_path / "table3.jsonl").read_text().splitlines()) == 2  # nothing written by the refusal

@@ -125,3 +125,22 @@ def test_the_table3_scope_refuses_bad_attackers_in_one_line(attackers: str, says
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("--attackers:") and says in err[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("option, value, says", [("--seeds", "one", "--seeds: 'one' is not"),
+                                                 ("--methods", "ours,bogus", "--methods: unknown bogus"),
+                                                 ("--seeds", "7", "--seeds/--methods: no run")])
+def test_the_table3_scope_refuses_bad_seeds_and_methods_in_one_line(option: str, value: str, says: str,
+                                                                    tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    """A seed that is not an integer, an unknown method, a seed the store does not hold: one line, status 2,
+    nothing written."""
+    from kappalab.attack.table3 import main
+
+    store = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table3" / "powered" / "grid" / \
+        "mnist_vs_fmnist" / "paper_f32"
+    with pytest.raises(SystemExit) as stop:
+        main(["--store", str(store), option, value, "--out", str(tmp_path / "out"), "--work", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(says), err
+    assert not (tmp_path / "out").exists()

@@ -72,6 +72,20 @@ class Group:
     def model_id(self, spec: ModelSpec) -> str:
         return f"{self.table}/{spec.id}/s{self.seed}" + (f"/{self.pair}" if self.pair else "")
 
+    def curve_key(self, spec: ModelSpec, attacker: str) -> str:
+        """The key of that attack's curve in ``<table>_curves.npz`` (and its record's ``curve``)."""
+        return f"{self.model_id(spec)}|{attacker}"
+
+
+def stored_twice(out: Path, table: str, groups: Sequence[Group], attackers: Sequence[str]) -> list[str]:
+    """The curve keys these groups' attacks would add that ``out/<table>_curves.npz`` already holds."""
+    npz = out / f"{table}_curves.npz"
+    if not npz.is_file():
+        return []
+    with np.load(npz) as kept:
+        stored = set(kept.files)
+    return [key for g in groups for spec in g.models for a in attackers if (key := g.curve_key(spec, a)) in stored]
+
 
 def random_extractor(dim: int, seed: int) -> np.ndarray:
     """The null-control extractor: i.i.d. ``N(0, 1/D)`` entries from ``seed``."""
@@ -108,7 +122,7 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
             log(f"{group.model_id(spec)} {name}: {time.perf_counter() - t0:.1f} s, chose {runs[spec.id].params}")
         for spec in group.models:
             run = runs[spec.id]
-            key = f"{group.model_id(spec)}|{name}"
+            key = group.curve_key(spec, name)
             curves[key] = run.curve
             refs = [r for r in REFERENCES if r in runs and r != spec.id]
             records.append({
@@ -138,20 +152,32 @@ def run_groups(groups: Sequence[Group], attackers: Sequence[str]) -> tuple[list[
 
 
 def finish(out: Path, table: str, records: list[dict[str, Any]], curves: dict[str, np.ndarray],
-           config: dict[str, Any], data_label: str, started: float) -> int:
+           config: dict[str, Any], data_label: str, started: float, append: bool = False) -> int:
     """:func:`write` the table's records and curves and say so (with the wall time since ``started``); exit 0."""
-    jsonl, npz = write(out, table, records, curves, config, data_label)
-    print(f"wrote {jsonl} ({len(records)} records) and {npz} in {time.perf_counter() - started:.0f} s")
+    jsonl, npz = write(out, table, records, curves, config, data_label, append)
+    print(f"wrote {jsonl} ({len(records)} records{' added' if append else ''}) and {npz} in "
+          f"{time.perf_counter() - started:.0f} s")
     return 0
 
 
 def write(out: Path, table: str, records: list[dict[str, Any]], curves: dict[str, np.ndarray],
-          config: dict[str, Any], data_label: str) -> tuple[Path, Path]:
-    """``out/<table>.jsonl`` (each record with the provenance) and ``out/<table>_curves.npz``."""
+          config: dict[str, Any], data_label: str, append: bool = False) -> tuple[Path, Path]:
+    """``out/<table>.jsonl`` (each record with the provenance) and ``out/<table>_curves.npz``; with ``append``, the
+    records and curves already there are kept and these added (a curve key already there is refused: an attack is
+    stored once)."""
     out.mkdir(parents=True, exist_ok=True)
     jsonl, npz = out / f"{table}.jsonl", out / f"{table}_curves.npz"
     common = provenance(None, config, data_label=data_label)  # one git / machine read; the seed per record
-    write_text(jsonl, "".join(json.dumps(to_jsonable({**r, "provenance": {**common, "seed": r["seed"]}}),
-                                         sort_keys=True) + "\n" for r in records))
+    lines = [json.dumps(to_jsonable({**r, "provenance": {**common, "seed": r["seed"]}}), sort_keys=True) + "\n"
+             for r in records]
+    if append and jsonl.is_file():
+        with np.load(npz) as kept:
+            twice = sorted(set(kept.files) & set(curves))
+            if twice:
+                raise ValueError(f"{npz} already holds {twice[0]} ({len(twice)} such attacks): an attack is stored "
+                                 "once; write to another --out, or leave out what is stored")
+            curves = {**{k: kept[k] for k in kept.files}, **curves}
+        lines = [jsonl.read_text()] + lines
+    write_text(jsonl, "".join(lines))
     save_npz(npz, compressed=True, **curves)
     return jsonl, npz

@@ -16,7 +16,8 @@ weights loaded, and its held-out features checked against the run's ``features.n
 (:func:`kappalab.reproduce.table3.real.kept_model`), so that they attack the extractor the probe attackers see. theta_0's tail is theta_0 as the runs built it; ``direct`` and ``random`` are attacked on the
 pixels, as in Tables 1 and 2.
 
-Usage: ``python -m kappalab.attack.table3 --store STORE_DIR [--work DIR] [--out docs/attacks] [--attackers ...]``.
+Usage: ``python -m kappalab.attack.table3 --store STORE_DIR [STORE_DIR ...] [--work DIR] [--out docs/attacks]
+[--attackers ...] [--seeds 1,2] [--methods ours,...]``.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kappalab.deep.methods import CONTROLS
+from kappalab.deep.methods import CONTROLS, METHODS
 
 from .registry import PROBE_ATTACKERS, registry
-from .scope import Group, ModelSpec, finish, random_extractor, run_groups
+from .scope import Group, ModelSpec, finish, random_extractor, run_groups, stored_twice
 
 DEFAULT_STORE = Path("docs/reproduction/table3/powered/pilot/fmnist_vs_mnist/paper")
 
@@ -84,10 +85,11 @@ class Tails:
         return DeepExtractor(model.to(self.device), self.shape)
 
 
-def groups(store: Path, work: Path, deep: bool = False, device: str = "cpu") -> tuple[list[Group], str]:
-    """One group per seed of the store: every method and control run of that seed (a gridded method at its selected
-    setting), and the references; with ``deep``, each run's tail and theta_0's for the attackers that change the
-    extractor (module docstring)."""
+def groups(store: Path, work: Path, deep: bool = False, device: str = "cpu", seeds: set[int] | None = None,
+           methods: set[str] | None = None) -> tuple[list[Group], str]:
+    """One group per seed of the store (those in ``seeds``; None: all): every method and control run of that seed
+    (those in ``methods``; a gridded method at its selected setting), and the references; with ``deep``, each run's
+    tail and theta_0's for the attackers that change the extractor (module docstring)."""
     from kappalab.reproduce.table3.grid import selected
 
     # a grid store: each method at its selected setting (none where no setting kept utility)
@@ -95,8 +97,9 @@ def groups(store: Path, work: Path, deep: bool = False, device: str = "cpu") -> 
                            if line.strip()])
     out, label = [], ""
     tails = None
-    for seed in sorted({r["seed"] for r in records}):
-        runs = [r for r in records if r["seed"] == seed and r["method"] != "init" and "diverged" not in r]
+    for seed in sorted({r["seed"] for r in records} & (seeds if seeds is not None else {r["seed"] for r in records})):
+        runs = [r for r in records if r["seed"] == seed and r["method"] != "init" and "diverged" not in r
+                and (methods is None or r["method"] in methods)]
         if not runs:  # no method or control of this seed has a selected setting that trained to the end
             continue
         identity = runs[0]["identity"]
@@ -134,21 +137,37 @@ def main(argv: list[str] | None = None) -> int:
     from kappalab.data.fetch import cache_dir
 
     ap = argparse.ArgumentParser(prog="python -m kappalab.attack.table3", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--store", type=Path, default=DEFAULT_STORE, help="a powered store's folder (its runs.jsonl)")
+    ap.add_argument("--store", type=Path, nargs="+", default=[DEFAULT_STORE],
+                    help="one or more powered stores' folders (their runs.jsonl; e.g. both directions)")
     ap.add_argument("--work", type=Path, help="the runs' work folder (default: the cache's table3-real/work)")
     ap.add_argument("--out", type=Path, default=Path("docs/attacks"))
     ap.add_argument("--device", default="cpu", help="where finetune and LoRA train the tail (cpu, cuda, cuda:N)")
     ap.add_argument("--attackers", default=",".join(PROBE_ATTACKERS),
                     help="comma-separated; finetune and lora_r* need the deep environment and the runs' theta_I.pt")
+    ap.add_argument("--seeds", help="comma-separated seeds of the store to attack (default: all)")
+    ap.add_argument("--append", action="store_true",
+                    help="add to the table3.jsonl and curves already in --out (other attackers or models) instead of "
+                         "replacing them")
+    ap.add_argument("--methods", help="comma-separated methods and controls to attack (default: all; the references "
+                                      "are always attacked)")
     args = ap.parse_args(argv)
     attackers = tuple(args.attackers.split(","))
     known = registry()
     unknown = [a for a in attackers if a not in known]
     if unknown:
         ap.exit(2, f"--attackers: unknown {', '.join(unknown)}; choose from {', '.join(known)}\n")
-    if not (args.store / "runs.jsonl").is_file():
-        ap.exit(2, f"--store: {args.store / 'runs.jsonl'} does not exist; give a powered store's folder (its "
-                   "runs.jsonl), e.g. the default\n")
+    try:
+        seeds = None if args.seeds is None else {int(s) for s in args.seeds.split(",")}
+    except ValueError:
+        ap.exit(2, f"--seeds: {args.seeds!r} is not a comma-separated list of integers, e.g. 1,2\n")
+    methods = None if args.methods is None else set(args.methods.split(","))
+    names = (*CONTROLS, *METHODS)
+    if methods is not None and methods - set(names):
+        ap.exit(2, f"--methods: unknown {', '.join(sorted(methods - set(names)))}; choose from {', '.join(names)}\n")
+    for store in args.store:
+        if not (store / "runs.jsonl").is_file():
+            ap.exit(2, f"--store: {store / 'runs.jsonl'} does not exist; give a powered store's folder (its "
+                       "runs.jsonl), e.g. the default\n")
     start = time.perf_counter()
     deep = any(known[a].changes_extractor for a in attackers)
     if deep:
@@ -158,12 +177,29 @@ def main(argv: list[str] | None = None) -> int:
         if lacking:
             ap.exit(2, f"--attackers: finetune and lora_r* need {' and '.join(lacking)}: run it in the deep "
                        "environment (bash scripts/setup_deep.sh, then .venv-deep/bin/python)\n")
-    found, label = groups(args.store, args.work or cache_dir() / "table3-real" / "work", deep, args.device)
+    found, labels = [], []
+    for store in args.store:
+        store_groups, label = groups(store, args.work or cache_dir() / "table3-real" / "work", deep, args.device,
+                                     seeds, methods)
+        found += store_groups
+        labels += [label] if label else []
+    if not found:
+        ap.exit(2, f"--seeds/--methods: no run of {', '.join(map(str, args.store))} left to attack; see its runs.jsonl for the seeds and "
+                   "methods it holds\n")
+    twice = stored_twice(args.out, "table3", found, attackers) if args.append else []
+    if twice:
+        ap.exit(2, f"--append: {args.out / 'table3_curves.npz'} already holds {twice[0]} ({len(twice)} of these "
+                   "attacks); leave those attackers, seeds or methods out\n")
     records, curves = run_groups(found, attackers)
-    config = {"attackers": list(attackers), "store": str(args.store), "config": "kappalab/configs/attack_grid.json",
+    config = {"attackers": list(attackers), "store": [str(p) for p in args.store],
+              "config": "kappalab/configs/attack_grid.json",
+              "seeds": None if seeds is None else sorted(seeds), "methods": None if methods is None else sorted(methods),
               "theta_I": "the features (and, for finetune and LoRA, the theta_I.pt) kept by kappalab reproduce "
                          "table3 --arch efficientnet_lite0"}
-    return finish(args.out, "table3", records, curves, config, label, start)
+    try:
+        return finish(args.out, "table3", records, curves, config, "; ".join(labels), start, args.append)
+    except ValueError as error:
+        ap.exit(2, f"--append: {error}\n")
 
 
 if __name__ == "__main__":

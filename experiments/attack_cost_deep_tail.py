@@ -55,6 +55,6 @@ for name in ("finetune", "lora_r1", "lora_r4", "lora_r16"):
     n = grid * cfg.selection_budget + run_steps  # tuning, then the run
     points = len({t for t in range(run_steps + 1) if t <= k or t % k == 0} | set(cfg.budgets))
     steps_per_model[name] = n * step + (points + grid / 3) * evaluation
-    print(f"{name} ({params}): {step:.3f} CPU-s per step, {evaluation:.2f} CPU-s per evaluation; {n} steps and {points} curve points: "
-          f"{steps_per_model[name] / 3600:.2f} CPU-h per model")
+    print(f"{name} ({params}): {step:.3f} CPU-s per step, {evaluation:.2f} CPU-s per evaluation; {n} steps and "
+          f"{points} curve points: {steps_per_model[name] / 3600:.2f} CPU-h per model")
 print(f"one model, the four attackers: {sum(steps_per_model.values()) / 3600:.1f} CPU-h")

@@ -228,3 +228,24 @@ def test_append_keeps_what_is_stored_and_refuses_an_attack_stored_twice(tmp_path
         write(tmp_path, "table3", [{**record, "attacker": "gd"}], {group.curve_key(spec, "gd"): np.ones(3)}, {}, "x",
               append=True)
     assert len((tmp_path / "table3.jsonl").read_text().splitlines()) == 2  # nothing written by the refusal
+
+
+def test_merge_joins_parts_verbatim_and_refuses_an_attack_in_two(tmp_path) -> None:
+    from kappalab.attack.scope import Group, ModelSpec, merge, write
+
+    spec = ModelSpec("ours", np.eye(2), "immunized")
+    group = Group("table3", 1, "fmnist_vs_mnist", np.zeros((3, 2)), np.zeros(3), (spec,))
+    for attacker, config in (("gd", {"run": "a"}), ("finetune", {"run": "b"})):
+        key = group.curve_key(spec, attacker)
+        write(tmp_path / attacker, "table3", [{"seed": 1, "attacker": attacker, "curve": key}],
+              {key: np.full(3, len(attacker), dtype=float)}, config, "x")
+    merge(tmp_path / "out", "table3", [tmp_path / "gd", tmp_path / "finetune"])
+    records = [json.loads(x) for x in (tmp_path / "out" / "table3.jsonl").read_text().splitlines()]
+    assert [(r["attacker"], r["provenance"]["config"]["run"]) for r in records] == [("gd", "a"), ("finetune", "b")]
+    with np.load(tmp_path / "out" / "table3_curves.npz") as z:
+        assert z[group.curve_key(spec, "finetune")].tolist() == [8.0, 8.0, 8.0]
+    with pytest.raises(ValueError, match="holds table3/ours/s1/fmnist_vs_mnist\\|gd again"):
+        merge(tmp_path / "again", "table3", [tmp_path / "gd", tmp_path / "gd"])
+    with pytest.raises(ValueError, match="no table3.jsonl"):
+        merge(tmp_path / "again", "table3", [tmp_path / "nowhere"])
+    assert not (tmp_path / "again").exists()

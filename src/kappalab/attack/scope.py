@@ -181,3 +181,28 @@ def write(out: Path, table: str, records: list[dict[str, Any]], curves: dict[str
     write_text(jsonl, "".join(lines))
     save_npz(npz, compressed=True, **curves)
     return jsonl, npz
+
+
+def merge(out: Path, table: str, parts: Sequence[Path]) -> tuple[Path, Path]:
+    """``out/<table>.jsonl`` and ``out/<table>_curves.npz`` joined from the parts' own (folders written by separate
+    runs, e.g. one attacker each): records kept verbatim, each with its run's provenance; an attack (curve key) in
+    two parts is refused, and so is a part without its table."""
+    lines, curves = [], {}
+    for part in parts:
+        jsonl, npz = part / f"{table}.jsonl", part / f"{table}_curves.npz"
+        if not (jsonl.is_file() and npz.is_file()):
+            raise ValueError(f"{part}: no {jsonl.name} and {npz.name} to merge")
+        with np.load(npz) as z:
+            twice = sorted(set(z.files) & set(curves))
+            if twice:
+                raise ValueError(f"{npz} holds {twice[0]} again ({len(twice)} such attacks): an attack is stored once")
+            curves.update({k: z[k] for k in z.files})
+        lines += [line + "\n" for line in jsonl.read_text().splitlines() if line.strip()]
+    keys = [json.loads(line)["curve"] for line in lines]
+    if sorted(keys) != sorted(curves):
+        raise ValueError("the parts' records and curves do not match one to one")
+    out.mkdir(parents=True, exist_ok=True)
+    jsonl, npz = out / f"{table}.jsonl", out / f"{table}_curves.npz"
+    write_text(jsonl, "".join(lines))
+    save_npz(npz, compressed=True, **curves)
+    return jsonl, npz

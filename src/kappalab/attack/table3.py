@@ -13,8 +13,9 @@ the references ``init`` (theta_0's features: what RIR_theta0 compares with), ``d
 The attackers that change the extractor (fine-tuning, LoRA: :mod:`.deep_attackers`) need the deep environment
 (timm, peft) and each run's ``theta_I.pt`` in the work folder: the tail is rebuilt from the run's record, its
 weights loaded, and its held-out features checked against the run's ``features.npz`` before any attack
-(:func:`kappalab.reproduce.table3.real.kept_model`), so that they attack the extractor the probe attackers see. theta_0's tail is theta_0 as the runs built it; ``direct`` and ``random`` are attacked on the
-pixels, as in Tables 1 and 2.
+(:func:`kappalab.reproduce.table3.real.kept_model`), so that they attack the extractor the probe attackers see.
+theta_0's tail is theta_0 as the runs built it; ``direct`` and ``random`` are attacked on the pixels, as in Tables 1
+and 2.
 
 Usage: ``python -m kappalab.attack.table3 --store STORE_DIR [STORE_DIR ...] [--work DIR] [--out docs/attacks]
 [--attackers ...] [--seeds 1,2] [--methods ours,...]``.
@@ -184,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         found += store_groups
         labels += [label] if label else []
     if not found:
-        ap.exit(2, f"--seeds/--methods: no run of {', '.join(map(str, args.store))} left to attack; see its runs.jsonl for the seeds and "
+        stores = ", ".join(map(str, args.store))
+        ap.exit(2, f"--seeds/--methods: no run of {stores} left to attack; see its runs.jsonl for the seeds and "
                    "methods it holds\n")
     twice = stored_twice(args.out, "table3", found, attackers) if args.append else []
     if twice:
@@ -193,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     records, curves = run_groups(found, attackers)
     config = {"attackers": list(attackers), "store": [str(p) for p in args.store],
               "config": "kappalab/configs/attack_grid.json",
-              "seeds": None if seeds is None else sorted(seeds), "methods": None if methods is None else sorted(methods),
+              "seeds": None if seeds is None else sorted(seeds),
+              "methods": None if methods is None else sorted(methods),
               "theta_I": "the features (and, for finetune and LoRA, the theta_I.pt) kept by kappalab reproduce "
                          "table3 --arch efficientnet_lite0"}
     try:

@@ -144,3 +144,71 @@ def test_the_table3_scope_refuses_bad_seeds_and_methods_in_one_line(option: str,
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(says), err
     assert not (tmp_path / "out").exists()
+
+
+def test_table2_scope_pairs_are_ours_extremes_by_official_rir() -> None:
+    """The default pairs: 5 whose mean official RIR of Ours (over the committed seeds) is at most every other
+    pair's, and 5 at least every other pair's, recomputed here from the store."""
+    import json
+
+    import numpy as np
+
+    from kappalab.attack.table2 import STORES, extreme_pairs
+
+    rir: dict[str, list[float]] = {}
+    for line in (Path(__file__).resolve().parents[1] / STORES / "official" / "runs_official.jsonl").open():
+        r = json.loads(line)
+        if r["key"].startswith("official.ours."):
+            rir.setdefault(r["key"].split(".")[2], []).append(r["result"]["evaluate"]["shifted"]["rir"])
+    mean = {pair: float(np.mean(v)) for pair, v in rir.items()}
+    pairs = extreme_pairs()
+    assert len(mean) == 90 and len(set(pairs)) == 10
+    rest = [mean[p] for p in mean if p not in pairs]
+    assert max(mean[p] for p in pairs[:5]) <= min(rest) and min(mean[p] for p in pairs[5:]) >= max(rest)
+    assert {"7-9", "1-0"} <= set(pairs)  # the committed sample's two pairs: the lowest and the highest
+
+
+def _stored(path: Path, groups: dict[tuple[int, str], list[str]]) -> None:
+    """A table2 store holding, per (seed, pair), the four methods and three references x the given attackers."""
+    import json
+
+    from kappalab.attack.scope import REFERENCES
+    from kappalab.methods import PAPER_ORDER
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"seed": seed, "pair": pair, "method": m, "attacker": a}) + "\n"
+                            for (seed, pair), attackers in groups.items()
+                            for m in (*PAPER_ORDER, *REFERENCES) for a in attackers))
+
+
+def test_table2_scope_resumes_a_whole_group_and_refuses_a_part(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A group stored whole is skipped (nothing regenerated); a group stored in part (other attackers) is refused
+    in one line, exit 2."""
+    from kappalab.attack.table2 import main
+
+    store = tmp_path / "table2_official.jsonl"
+    _stored(store, {(0, "7-9"): ["gd", "solve"], (0, "1-0"): ["gd"]})
+    before = store.read_text()
+    assert main(["--pairs", "7-9", "--attackers", "gd,solve", "--out", str(tmp_path)]) == 0
+    assert "1 groups (seed, pair) in scope, 1 already stored whole" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        main(["--pairs", "7-9,1-0", "--attackers", "gd,solve", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "holds part of seed 0, pair 1-0" in err[0]
+    assert store.read_text() == before
+
+
+@pytest.mark.parametrize("args, says", [(["--pairs", "7-7"], "--pairs: '7-7'"),
+                                        (["--pairs", "7_9"], "--pairs: '7_9'"),
+                                        (["--seeds", "zero"], "--pairs/--seeds/--shard"),
+                                        (["--shard", "3/2"], "--pairs/--seeds/--shard"),
+                                        (["--attackers", "gd,bogus"], "--attackers/--methods: unknown bogus")])
+def test_table2_scope_refuses_bad_arguments_in_one_line(args: list[str], says: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    from kappalab.attack.table2 import main
+
+    with pytest.raises(SystemExit) as stop:
+        main([*args, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(says), err
+    assert not (tmp_path / "out").exists()

@@ -1,5 +1,5 @@
-"""The attacks' Table 2 scope, a PARTIAL SAMPLE: every attacker on the four methods' extractors of a few full-MNIST
-pairs, against theta = I, the run's initial extractor and a random one, under one protocol.
+"""The attacks' Table 2 scope: every attacker on the four methods' extractors of full-MNIST pairs, against theta = I,
+the run's initial extractor and a random one, under one protocol.
 
 theta_I is regenerated here from its run identity's parts (``table2_<protocol>_<method>`` config with the ``--set``
 values the table's runs used, full MNIST, pair, seed: :func:`kappalab.immunization.immunize` on
@@ -12,9 +12,17 @@ random extractor have ``b = 0``. The harmful task is the one the table's probes 
 other digits except a (-1), :func:`...data.one_vs_rest`. The four methods start from one initial extractor per
 pair and seed (checked).
 
-Usage: ``python -m kappalab.attack.table2 --pairs 7-9,1-0 --out docs/attacks`` (the committed sample; writes
-``table2.jsonl`` and ``table2_curves.npz`` after each pair and seed, so a stopped run keeps the groups it
-finished).
+Pairs: ``--pairs extremes`` (the default) is the issue's rule, fixed before the runs: the :data:`EXTREMES` pairs
+with the lowest and the :data:`EXTREMES` with the highest official-protocol RIR of Ours, mean over the committed
+seeds (:func:`extreme_pairs`); or ``a-b,...``. A group is one (seed, pair); ``--shard K/N`` runs the groups whose
+label ``<seed>/<pair>`` falls in shard K (:func:`kappalab.sweep.shard_jobs`), each shard into its own ``--out``
+(join them with ``experiments/attack_merge_parts.py``).
+
+Output: ``<out>/table2_<protocol>.jsonl`` and ``..._curves.npz``, a group appended as soon as it is finished; a
+rerun skips the groups already stored whole (every method and reference x every attacker) and refuses a part of
+one, so a stopped sweep resumes without losing or redoing a group.
+
+Usage: ``python -m kappalab.attack.table2 --protocol official --seeds 0,1,2 --out docs/attacks [--shard K/N]``.
 """
 
 from __future__ import annotations
@@ -28,11 +36,14 @@ from typing import Any
 import numpy as np
 
 from kappalab.methods import PAPER_ORDER
+from kappalab.sweep import parse_shard, shard_jobs
 
 from .registry import registry
-from .scope import Group, ModelSpec, finish, random_extractor, run_group
+from .scope import REFERENCES, Group, ModelSpec, finish, random_extractor, run_group
 
 STORES = Path("docs/reproduction/table2/full90")
+#: how many pairs at each end of Ours' official RIR the default scope takes (the issue: 5 lowest and 5 highest)
+EXTREMES = 5
 #: the kappa each protocol's RIR uses: the official code's shifted kappa, Alg. 1's pinv kappa
 RIR_KAPPA = {"official": "shifted", "paper": "pinv"}
 
@@ -46,6 +57,34 @@ def committed_rir(protocol: str, method: str, a: int, b: int, seed: int) -> floa
             if r["key"].startswith(prefix):
                 return r["result"]["evaluate"][RIR_KAPPA[protocol]]["rir"]
     return None
+
+
+def extreme_pairs(k: int = EXTREMES) -> list[str]:
+    """The ``k`` pairs with the lowest and the ``k`` with the highest mean official-protocol RIR (shifted kappa) of
+    Ours over the committed seeds, lowest first (ties: the pair's name)."""
+    rir: dict[str, list[float]] = {}
+    for line in (STORES / "official" / "runs_official.jsonl").read_text().splitlines():
+        if '"key": "official.ours.' in line:
+            r = json.loads(line)
+            rir.setdefault(r["key"].split(".")[2], []).append(r["result"]["evaluate"]["shifted"]["rir"])
+    order = sorted(rir, key=lambda pair: (float(np.mean(rir[pair])), pair))
+    return order[:k] + order[-k:]
+
+
+def stored_groups(out: Path, stem: str, methods: tuple[str, ...], attackers: tuple[str, ...]
+                  ) -> tuple[set[tuple[int, str]], set[tuple[int, str]]]:
+    """(the groups ``(seed, pair)`` stored whole in ``out/<stem>.jsonl``, those stored in part)."""
+    path = out / f"{stem}.jsonl"
+    if not path.is_file():
+        return set(), set()
+    want = {(m, a) for m in (*methods, *REFERENCES) for a in attackers}
+    have: dict[tuple[int, str], set[tuple[str, str]]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            have.setdefault((r["seed"], r["pair"]), set()).add((r["method"], r["attacker"]))
+    whole = {g for g, got in have.items() if want <= got}
+    return whole, set(have) - whole
 
 
 def with_bias(theta: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -111,33 +150,56 @@ def main(argv: list[str] | None = None) -> int:
     from kappalab.configs import read_overrides
 
     ap = argparse.ArgumentParser(prog="python -m kappalab.attack.table2", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", default="7-9,1-0", help="a-b,... (default: Ours' lowest and highest official RIR)")
+    ap.add_argument("--pairs", default="extremes",
+                    help="'extremes' (Ours' 5 lowest and 5 highest official RIR; module docstring) or a-b,...")
     ap.add_argument("--protocol", choices=sorted(RIR_KAPPA), default="official")
     ap.add_argument("--methods", default=",".join(PAPER_ORDER), help="immunization methods (default: the four)")
     ap.add_argument("--seeds", default="0", help="seeds, e.g. 0,1,2")
+    ap.add_argument("--shard", help="K/N: only the groups of shard K of N (module docstring)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="a config value the table's runs were made with, e.g. extra.spectral_route=closed_form")
     ap.add_argument("--out", type=Path, default=Path("docs/attacks"))
     ap.add_argument("--attackers", default=",".join(registry()))
     args = ap.parse_args(argv)
     attackers, methods = tuple(args.attackers.split(",")), tuple(args.methods.split(","))
+    unknown = sorted(set(attackers) - set(registry())) + sorted(set(methods) - set(PAPER_ORDER))
+    if unknown:
+        ap.exit(2, f"--attackers/--methods: unknown {', '.join(unknown)}; attackers: {', '.join(registry())}; "
+                   f"methods: {', '.join(PAPER_ORDER)}\n")
+    try:
+        pairs = extreme_pairs() if args.pairs == "extremes" else args.pairs.split(",")
+        parsed = [tuple(int(x) for x in pair.split("-")) for pair in pairs]
+        seeds = [int(s) for s in args.seeds.split(",")]
+        shard = parse_shard(args.shard) if args.shard else None
+    except ValueError as error:
+        ap.exit(2, f"--pairs/--seeds/--shard: {error}; e.g. --pairs 7-9,1-0 --seeds 0,1,2 --shard 1/2\n")
+    if any(len(p) != 2 or p[0] == p[1] or not all(0 <= d <= 9 for d in p) for p in parsed):
+        ap.exit(2, f"--pairs: {args.pairs!r}: each pair is two different digits a-b\n")
     overrides = read_overrides(None, args.overrides)
-    config = {"attackers": list(attackers), "pairs": args.pairs, "protocol": args.protocol, "methods": list(methods),
-              "seeds": args.seeds, "set": overrides, "config": "kappalab/configs/attack_grid.json",
-              "theta_I": f"immunize(table2_{args.protocol}_<method>)",
-              "sample": f"partial: the pairs and seeds given, the {args.protocol} protocol"}
+    stem = f"table2_{args.protocol}"
+    jobs = [(seed, pair) for seed in seeds for pair in pairs]
+    if shard is not None:
+        jobs = shard_jobs(jobs, *shard, label=lambda job: f"{job[0]}/{job[1]}")
+    whole, partial = stored_groups(args.out, stem, methods, attackers)
+    clash = sorted(set(jobs) & partial)
+    if clash:
+        ap.exit(2, f"--out: {args.out / (stem + '.jsonl')} holds part of seed {clash[0][0]}, pair {clash[0][1]} "
+                   "(other methods or attackers): give another --out, or the methods and attackers it holds\n")
+    todo = [job for job in jobs if job not in whole]
+    print(f"{len(jobs)} groups (seed, pair) in scope, {len(jobs) - len(todo)} already stored whole in "
+          f"{args.out / (stem + '.jsonl')}; running {len(todo)}", flush=True)
+    config = {"attackers": list(attackers), "pairs": pairs, "protocol": args.protocol, "methods": list(methods),
+              "seeds": seeds, "shard": args.shard, "set": overrides, "config": "kappalab/configs/attack_grid.json",
+              "theta_I": f"immunize(table2_{args.protocol}_<method>)"}
     start = time.perf_counter()
-    records, curves = [], {}
-    for seed in (int(s) for s in args.seeds.split(",")):
-        for pair in args.pairs.split(","):
-            a, b = (int(x) for x in pair.split("-"))
-            g, regenerated, label = group(args.protocol, methods, overrides, a, b, seed,
-                                          lambda line: print(line, flush=True))
-            recs, cs = run_group(g, attackers, log=lambda line: print(line, flush=True))
-            records += [{**r, "regenerated": regenerated.get(r["method"]) if r["role"] == "immunized" else None}
-                        for r in recs]
-            curves.update(cs)
-            finish(args.out, "table2", records, curves, config, label, start)
+    for seed, pair in todo:
+        a, b = (int(x) for x in pair.split("-"))
+        g, regenerated, label = group(args.protocol, methods, overrides, a, b, seed,
+                                      lambda line: print(line, flush=True))
+        recs, curves = run_group(g, attackers, log=lambda line: print(line, flush=True))
+        recs = [{**r, "protocol": args.protocol,
+                 "regenerated": regenerated.get(r["method"]) if r["role"] == "immunized" else None} for r in recs]
+        finish(args.out, stem, recs, curves, config, label, start, append=True)
     return 0
 
 

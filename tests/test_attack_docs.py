@@ -54,6 +54,9 @@ def test_the_matrices_of_attacks_md_are_the_stored_curves() -> None:
             cells = [c.strip() for c in row.strip("|").split("|")]
             method = cells[0]
             for attacker, text in zip(attackers, cells[1:]):
+                if text == "-":  # no run of this method with this attacker (docs/attacks.md says which)
+                    assert (method, attacker) not in medians, (table, reference, method, attacker)
+                    continue
                 shown = re.match(r"≥?([0-9.e+-]+)", text).group(1)
                 assert shown == f"{medians[(method, attacker)]:.3g}", (table, reference, method, attacker, text)
                 checked += 1

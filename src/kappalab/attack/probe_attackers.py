@@ -71,12 +71,19 @@ class AdamState:
         return cls(array.shape)
 
     def step(self, grad: np.ndarray, lr: float) -> np.ndarray:
+        """``lr m_hat / (sqrt(v_hat) + eps)`` with the bias-corrected moments; the moments are updated in place
+        (a fine-tuned extractor's are D_in x D: each avoided temporary is a pass over them)."""
         b1, b2 = ADAM_BETAS
         self.t += 1
-        self.m = b1 * self.m + (1 - b1) * grad
-        self.v = b2 * self.v + (1 - b2) * grad * grad
-        m_hat, v_hat = self.m / (1 - b1 ** self.t), self.v / (1 - b2 ** self.t)
-        return lr * m_hat / (np.sqrt(v_hat) + ADAM_EPS)
+        self.m *= b1
+        self.m += (1 - b1) * grad
+        self.v *= b2
+        self.v += (1 - b2) * (grad * grad)
+        denom = np.sqrt(self.v / (1 - b2 ** self.t))
+        denom += ADAM_EPS
+        update = self.m / denom
+        update *= lr / (1 - b1 ** self.t)
+        return update
 
 
 def lbfgs(problem: Rotated, *, memory: int) -> Iterator[np.ndarray]:

@@ -10,6 +10,7 @@ Table 2-sized model, full MNIST, the harmful task digit 9 against the rest (``on
 the attackers' cost depends on the shapes, not on theta's values.
 """
 
+import os
 import sys
 import time
 
@@ -18,6 +19,7 @@ import numpy as np
 from kappalab.attack.measures import attack
 from kappalab.attack.problem import Split
 from kappalab.attack.registry import Model, registry, settings
+from kappalab.provenance import git_state
 
 if "--mnist" in sys.argv:
     from kappalab.reproduce.table2.data import one_vs_rest
@@ -28,6 +30,9 @@ else:
     d = "docs/reproduction/table1/paper/"
     X, y = np.load(d + "features_H.npy"), np.load(d + "y_H.npy")
     theta = np.load(d + "theta_ours_seed0.npy")
+load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+print(f"# {' '.join(sys.argv)}  ({time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, load average: {load}, "
+      f"{os.cpu_count()} CPUs, commit {git_state()['commit'][:7]})", flush=True)
 m = Model(Split.of(X @ theta, y, 0), Split.of(X, y, 0), theta)
 s = settings()
 total, cpu = time.perf_counter(), time.process_time()

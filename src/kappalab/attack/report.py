@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     records, curves = load(stem)
     print(markdown(records))
     for pair in dict.fromkeys(r["pair"] for r in records):
-        figure(records, curves, Path(f"{stem}_figure{'' if pair is None else '_' + pair}.png"), pair=pair)
+        seed = min(r["seed"] for r in records if r["pair"] == pair)  # the first seed the store holds
+        figure(records, curves, Path(f"{stem}_figure{'' if pair is None else '_' + pair}.png"), seed, pair)
     return 0
 
 

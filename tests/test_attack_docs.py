@@ -80,3 +80,11 @@ def test_every_record_names_its_table_method_attacker_seed_and_provenance(table:
     for r in records:
         assert r["table"] == table and {"seed", "pair", "provenance"} <= set(r)
         assert r["provenance"]["git"]["commit"] and r["provenance"]["seed"] == r["seed"]
+
+
+def test_the_matrices_with_their_intervals_are_up_to_date() -> None:
+    """Every matrix block, intervals and counts included, is what ``python -m kappalab.attack.report --refresh
+    docs/attacks.md`` writes from the stores (the medians are checked independently above)."""
+    from kappalab.attack.report import refresh
+
+    assert refresh(DOC, DOC.parent / "attacks") == DOC.read_text()

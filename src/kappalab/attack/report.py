@@ -7,12 +7,15 @@ lower bound (the cell then shows how many were not reached). The cell is the med
 bootstrap interval of the median (:data:`N_BOOT` resamples of the runs, seed 0) and n. Spearman's rho over the
 immunized runs pairs each run's recorded RIR with its (capped) slowdown.
 
-Usage: ``python -m kappalab.attack.report docs/attacks/table1`` (prints the markdown, writes the figure beside).
+Usage: ``python -m kappalab.attack.report docs/attacks/table1`` (prints the markdown, writes the figure beside);
+``python -m kappalab.attack.report --refresh docs/attacks.md`` rewrites the page's matrix blocks from
+``docs/attacks/<table>.jsonl``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kappalab.atomic_io import save_figure
+from kappalab.atomic_io import save_figure, write_text
 
 BUDGET = "100"
 REFERENCE = "direct"
@@ -149,8 +152,28 @@ def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: P
     plt.close(fig)
 
 
+MATRIX = re.compile(r"(<!-- matrix (\w+) (\w+) -->\n)((?:\|.*\|\n)+)")
+
+
+def refresh(page: Path, stores: Path) -> str:
+    """``page`` with every ``<!-- matrix TABLE REFERENCE -->`` block's table recomputed from
+    ``stores/TABLE.jsonl`` (:func:`matrix_markdown`); what tests/test_attack_docs.py checks against the curves."""
+    cache: dict[str, list[dict[str, Any]]] = {}
+
+    def table(m: re.Match) -> str:
+        records = cache.setdefault(m[2], load(stores / m[2])[0])
+        return m[1] + matrix_markdown(records, m[3]) + "\n"
+
+    return MATRIX.sub(table, page.read_text())
+
+
 def main(argv: list[str] | None = None) -> int:
-    stem = Path((argv if argv is not None else sys.argv[1:])[0])
+    args = argv if argv is not None else sys.argv[1:]
+    if args[:1] == ["--refresh"]:  # --refresh PAGE: rewrite the page's matrix blocks from the stores beside it
+        page = Path(args[1])
+        write_text(page, refresh(page, page.parent / "attacks"))
+        return 0
+    stem = Path(args[0])
     records, curves = load(stem)
     print(markdown(records))
     for pair in dict.fromkeys(r["pair"] for r in records):

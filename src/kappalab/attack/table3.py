@@ -36,7 +36,9 @@ from kappalab.deep.methods import CONTROLS, METHODS
 from .registry import PROBE_ATTACKERS, registry
 from .scope import Group, ModelSpec, finish, random_extractor, run_groups, stored_twice
 
-DEFAULT_STORE = Path("docs/reproduction/table3/powered/pilot/fmnist_vs_mnist/paper")
+#: the paper protocol's selection grids, both directions (each method at its selected setting)
+DEFAULT_STORES = [Path(f"docs/reproduction/table3/powered/grid/{direction}/paper_f32")
+                  for direction in ("fmnist_vs_mnist", "mnist_vs_fmnist")]
 
 
 def harmful_heldout(config: dict, recorded_rows_sha256: str) -> tuple[np.ndarray, np.ndarray]:
@@ -138,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     from kappalab.data.fetch import cache_dir
 
     ap = argparse.ArgumentParser(prog="python -m kappalab.attack.table3", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--store", type=Path, nargs="+", default=[DEFAULT_STORE],
-                    help="one or more powered stores' folders (their runs.jsonl; e.g. both directions)")
+    ap.add_argument("--store", type=Path, nargs="+", default=DEFAULT_STORES,
+                    help="one or more powered stores' folders (their runs.jsonl; default: the paper protocol's "
+                         "selection grids, both directions)")
     ap.add_argument("--work", type=Path, help="the runs' work folder (default: the cache's table3-real/work)")
     ap.add_argument("--out", type=Path, default=Path("docs/attacks"))
     ap.add_argument("--device", default="cpu", help="where finetune and LoRA train the tail (cpu, cuda, cuda:N)")

@@ -152,22 +152,28 @@ def run_groups(groups: Sequence[Group], attackers: Sequence[str]) -> tuple[list[
 
 
 def finish(out: Path, table: str, records: list[dict[str, Any]], curves: dict[str, np.ndarray],
-           config: dict[str, Any], data_label: str, started: float, append: bool = False) -> int:
+           config: dict[str, Any], data_label: str, started: float, append: bool = False,
+           git: dict[str, Any] | None = None) -> int:
     """:func:`write` the table's records and curves and say so (with the wall time since ``started``); exit 0."""
-    jsonl, npz = write(out, table, records, curves, config, data_label, append)
+    jsonl, npz = write(out, table, records, curves, config, data_label, append, git)
     print(f"wrote {jsonl} ({len(records)} records{' added' if append else ''}) and {npz} in "
           f"{time.perf_counter() - started:.0f} s")
     return 0
 
 
 def write(out: Path, table: str, records: list[dict[str, Any]], curves: dict[str, np.ndarray],
-          config: dict[str, Any], data_label: str, append: bool = False) -> tuple[Path, Path]:
+          config: dict[str, Any], data_label: str, append: bool = False,
+          git: dict[str, Any] | None = None) -> tuple[Path, Path]:
     """``out/<table>.jsonl`` (each record with the provenance) and ``out/<table>_curves.npz``; with ``append``, the
     records and curves already there are kept and these added (a curve key already there is refused: an attack is
-    stored once)."""
+    stored once). ``git``: the checkout's state when the run started (:func:`kappalab.provenance.git_state`, read
+    by the runner before it imports or runs anything else), which a long run's records name rather than the
+    state at the write."""
     out.mkdir(parents=True, exist_ok=True)
     jsonl, npz = out / f"{table}.jsonl", out / f"{table}_curves.npz"
     common = provenance(None, config, data_label=data_label)  # one git / machine read; the seed per record
+    if git is not None:
+        common["git"] = git
     lines = [json.dumps(to_jsonable({**r, "provenance": {**common, "seed": r["seed"]}}), sort_keys=True) + "\n"
              for r in records]
     if append and jsonl.is_file():

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kappalab.provenance import git_state
 from kappalab.reproduce.table1.constants import ORDER
 from kappalab.reproduce.table1.run import config_of, task_of
 from kappalab.results import RunStore
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--attackers", default=",".join(registry()))
     args = ap.parse_args(argv)
+    git = git_state()  # the code this run imported (scope.write)
     attackers = tuple(args.attackers.split(","))
     start = time.perf_counter()
     found, label = groups(args.store, tuple(args.seeds))
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                                             theta)
     config = {"attackers": list(attackers), "seeds": args.seeds, "config": "kappalab/configs/attack_grid.json",
               "store": str(args.store), "theta_I": "kappalab reproduce table1 --protocol paper"}
-    return finish(args.out, "table1", records, curves, config, label, start)
+    return finish(args.out, "table1", records, curves, config, label, start, git=git)
 
 
 if __name__ == "__main__":

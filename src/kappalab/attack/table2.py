@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from kappalab.methods import PAPER_ORDER
+from kappalab.provenance import git_state
 from kappalab.sweep import parse_shard, shard_jobs
 
 from .registry import registry
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("docs/attacks"))
     ap.add_argument("--attackers", default=",".join(registry()))
     args = ap.parse_args(argv)
+    git = git_state()  # the code this run imported (scope.write)
     attackers, methods = tuple(args.attackers.split(",")), tuple(args.methods.split(","))
     unknown = sorted(set(attackers) - set(registry())) + sorted(set(methods) - set(PAPER_ORDER))
     if unknown:
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         recs, curves = run_group(g, attackers, log=lambda line: print(line, flush=True))
         recs = [{**r, "protocol": args.protocol,
                  "regenerated": regenerated.get(r["method"]) if r["role"] == "immunized" else None} for r in recs]
-        finish(args.out, stem, recs, curves, config, label, start, append=True)
+        finish(args.out, stem, recs, curves, config, label, start, append=True, git=git)
     return 0
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from kappalab.deep.methods import CONTROLS, METHODS
+from kappalab.provenance import git_state
 
 from .registry import PROBE_ATTACKERS, registry
 from .scope import Group, ModelSpec, finish, random_extractor, run_groups, stored_twice
@@ -155,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", help="comma-separated methods and controls to attack (default: all; the references "
                                       "are always attacked)")
     args = ap.parse_args(argv)
+    git = git_state()  # the code this run imported (scope.write)
     attackers = tuple(args.attackers.split(","))
     known = registry()
     unknown = [a for a in attackers if a not in known]
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
               "theta_I": "the features (and, for finetune and LoRA, the theta_I.pt) kept by kappalab reproduce "
                          "table3 --arch efficientnet_lite0"}
     try:
-        return finish(args.out, "table3", records, curves, config, "; ".join(labels), start, args.append)
+        return finish(args.out, "table3", records, curves, config, "; ".join(labels), start, args.append, git=git)
     except ValueError as error:
         ap.exit(2, f"--append: {error}\n")
 

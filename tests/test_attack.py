@@ -224,7 +224,7 @@ def test_append_keeps_what_is_stored_and_refuses_an_attack_stored_twice(tmp_path
     with np.load(tmp_path / "table3_curves.npz") as z:
         assert sorted(z.files) == sorted(group.curve_key(spec, a) for a in ("gd", "finetune"))
         assert z[group.curve_key(spec, "gd")].tolist() == [1.0, 1.0, 1.0]
-    with pytest.raises(ValueError, match="already holds table3/ours/s1/fmnist_vs_mnist\\|gd"):
+    with pytest.raises(ValueError, match="both hold table3/ours/s1/fmnist_vs_mnist\\|gd"):
         write(tmp_path, "table3", [{**record, "attacker": "gd"}], {group.curve_key(spec, "gd"): np.ones(3)}, {}, "x",
               append=True)
     assert len((tmp_path / "table3.jsonl").read_text().splitlines()) == 2  # nothing written by the refusal
@@ -244,7 +244,7 @@ def test_merge_joins_parts_verbatim_and_refuses_an_attack_in_two(tmp_path) -> No
     assert [(r["attacker"], r["provenance"]["config"]["run"]) for r in records] == [("gd", "a"), ("finetune", "b")]
     with np.load(tmp_path / "out" / "table3_curves.npz") as z:
         assert z[group.curve_key(spec, "finetune")].tolist() == [8.0, 8.0, 8.0]
-    with pytest.raises(ValueError, match="holds table3/ours/s1/fmnist_vs_mnist\\|gd again"):
+    with pytest.raises(ValueError, match="both hold table3/ours/s1/fmnist_vs_mnist\\|gd"):
         merge(tmp_path / "again", "table3", [tmp_path / "gd", tmp_path / "gd"])
     with pytest.raises(ValueError, match="no table3.jsonl"):
         merge(tmp_path / "again", "table3", [tmp_path / "nowhere"])

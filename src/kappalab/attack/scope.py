@@ -178,15 +178,20 @@ def write(out: Path, table: str, records: list[dict[str, Any]], curves: dict[str
              for r in records]
     if append and jsonl.is_file():
         with np.load(npz) as kept:
-            twice = sorted(set(kept.files) & set(curves))
-            if twice:
-                raise ValueError(f"{npz} already holds {twice[0]} ({len(twice)} such attacks): an attack is stored "
-                                 "once; write to another --out, or leave out what is stored")
-            curves = {**{k: kept[k] for k in kept.files}, **curves}
+            curves = _joined({k: kept[k] for k in kept.files}, curves, npz)
         lines = [jsonl.read_text()] + lines
     write_text(jsonl, "".join(lines))
     save_npz(npz, compressed=True, **curves)
     return jsonl, npz
+
+
+def _joined(kept: dict[str, np.ndarray], added: dict[str, np.ndarray], source: Path) -> dict[str, np.ndarray]:
+    """Both sets of curves; an attack (curve key) in both is refused, naming ``source``."""
+    twice = sorted(set(kept) & set(added))
+    if twice:
+        raise ValueError(f"{source} and the curves joined with it both hold {twice[0]} ({len(twice)} such attacks): "
+                         "an attack is stored once; leave out what is stored")
+    return {**kept, **added}
 
 
 def merge(out: Path, table: str, parts: Sequence[Path]) -> tuple[Path, Path]:
@@ -199,10 +204,7 @@ def merge(out: Path, table: str, parts: Sequence[Path]) -> tuple[Path, Path]:
         if not (jsonl.is_file() and npz.is_file()):
             raise ValueError(f"{part}: no {jsonl.name} and {npz.name} to merge")
         with np.load(npz) as z:
-            twice = sorted(set(z.files) & set(curves))
-            if twice:
-                raise ValueError(f"{npz} holds {twice[0]} again ({len(twice)} such attacks): an attack is stored once")
-            curves.update({k: z[k] for k in z.files})
+            curves = _joined(curves, {k: z[k] for k in z.files}, npz)
         lines += [line + "\n" for line in jsonl.read_text().splitlines() if line.strip()]
     keys = [json.loads(line)["curve"] for line in lines]
     if sorted(keys) != sorted(curves):

@@ -94,3 +94,21 @@ def test_a_loss_change_larger_than_the_slack_is_seen() -> None:
     rotated = problem.loss(W1) - problem.loss(W2)
     assert rotated > problem.slack(A, Y, W1) + problem.slack(A, Y, W2)
     assert abs(Fraction(rotated) - exact) <= Fraction(problem.slack(A, Y, W1) + problem.slack(A, Y, W2))
+
+
+def test_rotated_loss_on_rank_deficient_float32_features() -> None:
+    """Features of rank 4 in 8 columns (four exact zero singular values, as dead channels give) at kappa 1e10 on the
+    rest, rounded to float32 and back (a deep model's features): the rotated loss stays within its slack of the
+    exact loss of those very inputs, at the optimum and at a gradient-descent iterate."""
+    rng = np.random.default_rng(11)
+    U = np.linalg.qr(rng.standard_normal((30, 4)))[0]
+    V = np.linalg.qr(rng.standard_normal((8, 4)))[0]
+    A = (U @ np.diag(np.sqrt(np.geomspace(1e10, 1.0, 4))) @ V.T).astype(np.float32).astype(np.float64)
+    Y = rng.standard_normal((30, 2))
+    problem = Rotated.of(A, Y)
+    # float32 rounding lifts the four zero singular values to about 1e-8 of s_1: the float64 rank rule keeps them
+    # (Factor.rank is 8 here), so this case reaches the smallest, rounding-made part of the spectrum
+    assert problem.factor.s[-1] < 1e-6 * problem.factor.s[0]
+    for name, W in _points(A, Y, problem).items():
+        exact = _exact_loss(A, Y, W)
+        assert abs(Fraction(problem.loss(W)) - exact) <= Fraction(problem.slack(A, Y, W)), name

@@ -219,10 +219,50 @@ def test_the_authors_ratio_reads_a_reference_computed_once_per_content(monkeypat
         return real(F)
 
     monkeypatch.setattr(estimators, "log_kappa_authors", counted)
-    monkeypatch.setattr(estimators, "_REFERENCE_LOG_KAPPA", type(estimators._REFERENCE_LOG_KAPPA)())
+    monkeypatch.setattr(estimators, "_REFERENCE", type(estimators._REFERENCE)())
     ratio = estimators.kappa_ratio("authors")
     assert ratio(FI, F0) == expected and ratio(FI, F0.copy()) == expected
     assert len(calls) == 3  # FI twice, F0 once
     changed = F0.copy()
     changed[3, 4] *= 2.0
     assert ratio(FI, changed) == float(np.exp(real(FI) - real(changed))) and len(calls) == 5
+
+
+def test_the_pinv_ratio_and_the_exact_estimator_read_references_computed_once_per_rule_and_content(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ours and the exact estimator compute theta_0's kappas once per (rank tolerance, content): the second call
+    gives the values the first did with no reference SVD, another ``rtol`` or a changed entry is computed anew, and
+    the values equal the uncached rule's (the same SVD of the same bytes)."""
+    from kappalab import estimators
+    from kappalab.kappa import kappa_of_features
+
+    rng = np.random.default_rng(12)
+    p0, h0 = rng.standard_normal((40, 8)), rng.standard_normal((40, 8))
+    pi, hi = p0 @ np.diag(np.geomspace(1, 1e3, 8)), h0 @ np.diag(np.geomspace(1, 1e-2, 8))
+    calls: list[tuple[int, ...]] = []
+
+    def counted(F, rtol=None):
+        calls.append(F.shape)
+        return kappa_of_features(F, rtol)
+
+    monkeypatch.setattr(estimators, "kappa_of_features", counted)
+    monkeypatch.setattr(estimators, "_REFERENCE", type(estimators._REFERENCE)())
+    ratio = estimators.kappa_ratio("pinv")
+    assert ratio(hi, h0) == float(kappa_of_features(hi)) / float(kappa_of_features(h0))
+    assert len(calls) == 2 and ratio(hi, h0.copy()) == ratio(hi, h0) and len(calls) == 4  # h0 once, hi three times
+    assert estimators.kappa_ratio("pinv", 1e-3)(hi, h0) == (float(kappa_of_features(hi, 1e-3))
+                                                           / float(kappa_of_features(h0, 1e-3)))
+    assert len(calls) == 6  # another tolerance: the reference anew
+    changed = h0.copy()
+    changed[0, 0] += 1.0
+    ratio(hi, changed)
+    assert len(calls) == 8
+
+    kwargs = dict(seed=3, groups=2, group_size=10, n_boot=20, n_boot_exact=0)
+    first = estimators.estimate_all(p0, h0, pi, hi, **kwargs)
+    n = len(calls)
+    again = estimators.estimate_all(p0, h0, pi, hi, **kwargs)
+    assert len(calls) - n == 2 + 2 * 2  # hi and pi whole, and the 2 + 2 theta_I groups: no theta_0 SVD
+    assert again == first
+    whole = [float(kappa_of_features(F)) for F in (hi, h0, pi, p0)]
+    assert (first["exact"].term_i, first["exact"].term_ii) == (whole[0] / whole[1], whole[2] / whole[3])

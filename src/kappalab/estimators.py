@@ -121,33 +121,44 @@ def log_kappa_authors(F: Array, shift: float = AUTHORS_SHIFT) -> Array:
     return namespace(F).log(kappa_shifted(F.T @ F, shift))  # the official rule's one home: kappalab.kappa
 
 
-#: the reference features' log kappa under the authors' rule, by content: a run measures theta_0's same groups at
-#: every checkpoint, and each value costs a D x D eigendecomposition (digest of dtype, shape and bytes -> value)
-_REFERENCE_LOG_KAPPA: OrderedDict[bytes, float] = OrderedDict()
+#: the reference features' kappas by content: a run measures theta_0's same groups (and the same whole features)
+#: at every checkpoint, and each value costs an SVD or a D x D eigendecomposition ((rule, dtype, shape, bytes)
+#: digest -> value)
+_REFERENCE: OrderedDict[bytes, float] = OrderedDict()
 _REFERENCE_CACHE_SIZE = 512
 
 
-def _reference_log_kappa_authors(F: np.ndarray) -> float:
-    """:func:`log_kappa_authors` of a NumPy reference ``F``, computed once per content (the same bytes give the
-    same value; at most :data:`_REFERENCE_CACHE_SIZE` kept, the oldest dropped)."""
+def _reference(rule: str, value: Callable[[np.ndarray], float], F: np.ndarray) -> float:
+    """``value(F)`` of a NumPy reference ``F``, computed once per (``rule``, content): the same rule on the same
+    bytes gives the same value. ``rule`` names the function and its parameters (``"pinv 1e-06"``); at most
+    :data:`_REFERENCE_CACHE_SIZE` values are kept, the oldest dropped."""
     F = np.ascontiguousarray(F)
-    key = hashlib.blake2b(f"{F.dtype.str}{F.shape}".encode() + F.tobytes(), digest_size=20).digest()
-    if key not in _REFERENCE_LOG_KAPPA:
-        _REFERENCE_LOG_KAPPA[key] = float(log_kappa_authors(F))
-        if len(_REFERENCE_LOG_KAPPA) > _REFERENCE_CACHE_SIZE:
-            _REFERENCE_LOG_KAPPA.popitem(last=False)
-    return _REFERENCE_LOG_KAPPA[key]
+    key = hashlib.blake2b(f"{rule}|{F.dtype.str}{F.shape}".encode() + F.tobytes(), digest_size=20).digest()
+    if key not in _REFERENCE:
+        _REFERENCE[key] = value(F)
+        if len(_REFERENCE) > _REFERENCE_CACHE_SIZE:
+            _REFERENCE.popitem(last=False)
+    return _REFERENCE[key]
+
+
+def _kappa_pinv(F: Array, rtol: float | None, reference: bool = False) -> float:
+    """:func:`kappalab.kappa.kappa_of_features` at ``rtol`` as a float; once per content for a NumPy
+    ``reference``."""
+    if reference and not is_torch(F):
+        return _reference(f"pinv {rtol!r}", lambda G: float(kappa_of_features(G, rtol)), F)
+    return float(kappa_of_features(F, rtol))
 
 
 def kappa_ratio(kappa: Kappa, rtol: float | None = None) -> Callable[[Array, Array], float]:
     """``(F_I, F_0) -> kappa(H~(F_I)) / kappa(H~(F_0))`` for ``kappa``: ``"pinv"`` (ours,
     :func:`kappalab.kappa.kappa_of_features` at ``rtol``) or ``"authors"`` (``exp(log kappa_I - log kappa_0)`` of
-    :func:`log_kappa_authors`; a NumPy reference ``F_0``'s value is computed once per content)."""
+    :func:`log_kappa_authors`); a NumPy reference ``F_0``'s value is computed once per content."""
     if kappa == "pinv":
-        return lambda FI, F0: float(kappa_of_features(FI, rtol)) / float(kappa_of_features(F0, rtol))
+        return lambda FI, F0: _kappa_pinv(FI, rtol) / _kappa_pinv(F0, rtol, reference=True)
     if kappa == "authors":
         def ratio(FI: Array, F0: Array) -> float:
-            reference = log_kappa_authors(F0) if is_torch(F0) else _reference_log_kappa_authors(F0)
+            reference = (log_kappa_authors(F0) if is_torch(F0)
+                         else _reference("authors", lambda G: float(log_kappa_authors(G)), F0))
             return float(namespace(FI).exp(log_kappa_authors(FI) - reference))
         return ratio
     raise ValueError(f"estimator must be one of {KAPPAS}, got {kappa!r}")
@@ -203,9 +214,12 @@ def exact_boot_cost(n_P: int, n_H: int, dim: int, n_boot: int) -> float:
     return n_boot * 2 * sum(n * dim * min(n, dim) for n in (n_P, n_H))
 
 
-def _exact_rir(hi: np.ndarray, h0: np.ndarray, pi: np.ndarray, p0: np.ndarray, rtol: float | None) -> RIRTerms:
-    kappa = [float(kappa_of_features(F, rtol)) for F in (hi, h0, pi, p0)]
-    return rir_terms(*kappa)
+def _exact_rir(hi: np.ndarray, h0: np.ndarray, pi: np.ndarray, p0: np.ndarray, rtol: float | None, *,
+               reference: bool = True) -> RIRTerms:
+    """Eq. 17 on all rows; theta_0's kappas once per content where ``reference`` (not for bootstrap resamples,
+    each seen once)."""
+    return rir_terms(_kappa_pinv(hi, rtol), _kappa_pinv(h0, rtol, reference), _kappa_pinv(pi, rtol),
+                     _kappa_pinv(p0, rtol, reference))
 
 
 def _exact_ci(hi: np.ndarray, h0: np.ndarray, pi: np.ndarray, p0: np.ndarray, rtol: float | None, n_boot: int,
@@ -226,7 +240,7 @@ def _exact_ci(hi: np.ndarray, h0: np.ndarray, pi: np.ndarray, p0: np.ndarray, rt
     reps = []
     for _ in range(n_boot):
         rH, rP = rng.integers(0, n_H, n_H), rng.integers(0, n_P, n_P)
-        reps.append(float(_exact_rir(hi[rH], h0[rH], pi[rP], p0[rP], rtol).rir))
+        reps.append(float(_exact_rir(hi[rH], h0[rH], pi[rP], p0[rP], rtol, reference=False).rir))
     return percentile_ci(np.array(reps)), f"bootstrap over samples, {n_boot} resamples"
 
 

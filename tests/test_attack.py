@@ -125,7 +125,7 @@ def test_extractor_attackers_fit_a_realizable_task(rank: int | None) -> None:
     Y = X @ rng.standard_normal((6, 1))
     theta = rng.standard_normal((6, 6))
     maps = _take(extractor_attack(X, Y, theta, seed=0, optimizer="adam", lr=1e-2, batch_size=64, rank=rank), 3000)
-    assert loss(X, Y, maps[-1]) <= 1e-6 * loss(X, Y, np.zeros((6, 1)))
+    assert loss(X, Y, maps[-1].map) <= 1e-6 * loss(X, Y, np.zeros((6, 1)))
 
 
 def test_reach_rule_on_hand_made_curves() -> None:

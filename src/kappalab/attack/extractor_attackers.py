@@ -2,8 +2,9 @@
 
 The model on D_H is ``X M W`` with ``M`` the attacked extractor; each step is one minibatch (``batch_size`` rows,
 without replacement within an epoch, order drawn from the run's seed) of the loss ``||X_b M W - Y_b||^2 / (2b)``.
-Each iterator yields the end-to-end map ``M W`` (``D_in x C``) after every step, so the harmful loss is measured on
-the inputs: ``loss(X, Y, M W)`` (:func:`kappalab.attack.problem.loss`).
+Each iterator yields an :class:`Extracted` after every step: the attacked extractor ``M``, the probe ``W`` and their
+end-to-end map ``M W`` (``D_in x C``), so the harmful loss is measured on the inputs, ``loss(X, Y, M W)``
+(:func:`kappalab.attack.problem.loss`), and D_P's utility on the extractor (:mod:`.utility`).
 
 * ``finetune``: ``M = theta`` trained with the probe (``W_0 = 0``), by SGD or Adam.
 * ``lora``: ``M = theta + B A`` with theta frozen, ``B`` (``D_in x r``) zero and ``A`` (``r x D``) uniform in
@@ -19,10 +20,26 @@ products (``X_b M``) that those would form.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 from .probe_attackers import AdamState
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """One step's state of an extractor attacker: ``map = M W``, computed at the step (it never changes), and the
+    live arrays the next step updates in place, from which :meth:`extractor` forms ``M``."""
+
+    map: np.ndarray  #: M W
+    theta: np.ndarray  #: fine-tuning: M itself; LoRA: the frozen theta
+    B: np.ndarray | None = None  #: LoRA's factors (None: fine-tuning)
+    A: np.ndarray | None = None
+
+    def extractor(self) -> np.ndarray:
+        """``M`` now, as a new array: theta (fine-tuning) or ``theta + B A`` (LoRA, formed only when asked for)."""
+        return self.theta.copy() if self.B is None else self.theta + self.B @ self.A
 
 
 class _Optimizer:
@@ -72,8 +89,9 @@ def _batch(Xb: np.ndarray, Yb: np.ndarray, MW: np.ndarray) -> tuple[float, np.nd
 
 
 def extractor_attack(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, *, seed: int, optimizer: str, lr: float,
-                     batch_size: int, rank: int | None = None) -> Iterator[np.ndarray]:
-    """``finetune`` (``rank=None``) or ``lora`` of rank ``rank`` (module docstring); yields ``M W`` per step."""
+                     batch_size: int, rank: int | None = None) -> Iterator[Extracted]:
+    """``finetune`` (``rank=None``) or ``lora`` of rank ``rank`` (module docstring); yields each step's
+    :class:`Extracted`."""
     rng = np.random.default_rng(seed)
     D = theta.shape[1]
     W = np.zeros((D, Y.shape[1]))
@@ -93,4 +111,4 @@ def extractor_attack(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, *, seed: i
         else:
             grads = lora_grads(X[rows], Y[rows], theta, B, A_, W)[1:]
         opt.update(params, list(grads))
-        yield M @ W if rank is None else theta @ W + B @ (A_ @ W)
+        yield Extracted(M @ W, M) if rank is None else Extracted(theta @ W + B @ (A_ @ W), theta, B, A_)

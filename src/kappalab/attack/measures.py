@@ -4,7 +4,9 @@
   one with the lowest validation loss at that step is chosen (the attacker picks what works best for it; a diverged
   run has loss inf and is never chosen unless all diverge; ties go to the first in grid order).
 * :func:`attack`: the chosen attacker runs ``steps`` steps; the training loss after every step (index 0 = the
-  start, ``W = 0``) is the curve, the training and test loss at each budget and the wall time are recorded. With
+  start, ``W = 0``) is the curve, the training and test loss at each budget and the wall time are recorded; for an
+  attacker that changes a linear extractor of a model with D_P rows, D_P's utility at the start and each budget
+  (:mod:`.utility`). With
   ``curve_every = k > 1`` (the deep attackers, whose loss is a forward pass over the training rows) the curve is
   computed at steps ``0..k``, at every k-th step and at the budgets, and is NaN at the others: a reach step is then
   the first computed step at or below the target, never before the every-step curve's and at most ``k - 1`` steps
@@ -25,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from .extractor_attackers import Extracted
 from .problem import loss, prediction_loss, rounding_slack
 from .registry import Attacker, Model
+from .utility import DPUtility, dp_utility
 
 
 def _loss(A: np.ndarray, Y: np.ndarray, it: Any) -> float:
@@ -68,6 +72,7 @@ class Run:
     slack: float  #: rounding bound of the loss at the last finite iterate
     tuning: Tuning | None = field(default=None)
     curve_every: int = 1  #: the curve's stride (module docstring)
+    dp: DPUtility | None = None  #: D_P's utility (an attacker that changes a linear extractor; module docstring)
 
     @property
     def steps(self) -> int:
@@ -92,22 +97,30 @@ def _train_loss(model: Model, attacker: Attacker):
     return _rotated(model, attacker).loss
 
 
+def _map(step: Any) -> Any:
+    """What the loss reads of a step: a linear extractor attacker's end-to-end map, else the step itself."""
+    return step.map if isinstance(step, Extracted) else step
+
+
 def _iterate(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: int, batch_size: int, steps: int,
              keep: set[int], curve_every: int):
     """Run ``steps`` steps; returns the training-loss curve (module docstring: ``curve_every``), the iterates at the
-    steps in ``keep``, the last finite iterate and the stepping time."""
+    steps in ``keep``, a linear extractor attacker's extractors there (step 0: ``model.theta``), the last finite
+    iterate and the stepping time."""
     A, Y = _design(model, attacker).train
     curve = np.full(steps + 1, math.inf)
     W0 = np.zeros((A.shape[1], Y.shape[1]))
     curve[0] = loss(A, Y, W0)
     train_loss = _train_loss(model, attacker)
     kept, last, wall = {0: W0} if 0 in keep else {}, W0, 0.0
+    extractors = {0: model.theta} if model.theta is not None and attacker.changes_extractor else {}
     it = attacker.start(model, params, seed, batch_size)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for t in range(1, steps + 1):
             t0 = time.perf_counter()
-            W = next(it)
+            step = next(it)
             wall += time.perf_counter() - t0
+            W = _map(step)
             if t > curve_every and t % curve_every and t not in keep:
                 curve[t] = math.nan  # not computed (module docstring)
                 continue
@@ -117,7 +130,9 @@ def _iterate(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: 
             curve[t], last = value, W
             if t in keep:
                 kept[t] = W
-    return curve, kept, last, wall
+                if isinstance(step, Extracted):
+                    extractors[t] = step.extractor()
+    return curve, kept, extractors, last, wall
 
 
 def _final(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: int, batch_size: int, steps: int):
@@ -125,8 +140,8 @@ def _final(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: in
     it = attacker.start(model, params, seed, batch_size)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for _ in range(steps):
-            W = next(it)
-    return W
+            step = next(it)
+    return _map(step)
 
 
 def tune(model: Model, attacker: Attacker, seed: int, batch_size: int, selection_budget: int) -> Tuning:
@@ -149,14 +164,16 @@ def attack(model: Model, attacker: Attacker, seed: int, *, budgets: tuple[int, .
         raise ValueError(f"curve_every must be >= 1, got {curve_every}")
     tuning = tune(model, attacker, seed, batch_size, selection_budget) if len(attacker.grid) > 1 else None
     params = tuning.chosen if tuning is not None else dict(attacker.grid[0])
-    curve, kept, last, wall = _iterate(model, attacker, params, seed, batch_size, steps, set(budgets), curve_every)
+    curve, kept, extractors, last, wall = _iterate(model, attacker, params, seed, batch_size, steps, set(budgets),
+                                                   curve_every)
     design = _design(model, attacker)
     at_budget = {}
     for b in budgets:
         W = kept.get(b)
         at_budget[b] = {"train": float(curve[b]) if b < curve.size else math.inf,
                         "test": _loss(*design.test, W) if W is not None else math.inf}
-    return Run(attacker.name, params, curve, at_budget, wall, _slack(model, attacker, last), tuning, curve_every)
+    dp = dp_utility(model.dp, extractors, max(budgets)) if model.dp is not None and extractors else None
+    return Run(attacker.name, params, curve, at_budget, wall, _slack(model, attacker, last), tuning, curve_every, dp)
 
 
 def first_reach(curve: np.ndarray, target: float, slack: float, limit: int) -> int | None:

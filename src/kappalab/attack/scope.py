@@ -68,6 +68,8 @@ class Group:
     y: np.ndarray  #: D_H targets
     models: tuple[ModelSpec, ...]
     trunk: np.ndarray | None = None  #: the deep extractors' inputs for the same rows (flattened trunk activations)
+    #: D_P's inputs and targets, where D_P's utility under the linear extractors' attackers is measured (:mod:`.utility`)
+    dp: tuple[np.ndarray, np.ndarray] | None = None
 
     def model_id(self, spec: ModelSpec) -> str:
         return f"{self.table}/{spec.id}/s{self.seed}" + (f"/{self.pair}" if self.pair else "")
@@ -99,8 +101,9 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
     steps = cfg.reach_factor * max(SLOWDOWN_BUDGETS)
     inputs = Split.of(group.X, group.y, group.seed)
     trunk = None if group.trunk is None else Split.of(group.trunk, group.y, group.seed)
+    dp = None if group.dp is None else Split.of(*group.dp, group.seed)
     # one Model per extractor, so its probe attackers share one SVD (Model.factor)
-    models = {spec.id: Model(Split.of(group.X @ spec.theta, group.y, group.seed), inputs, spec.theta)
+    models = {spec.id: Model(Split.of(group.X @ spec.theta, group.y, group.seed), inputs, spec.theta, dp=dp)
               if spec.features is None else Model(Split.of(spec.features, group.y, group.seed),
                                                   trunk if spec.deep is not None else None, deep=spec.deep)
               for spec in group.models}
@@ -134,6 +137,7 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
                     "selection_budget": run.tuning.selection_budget},
                 "at_budget": {str(b): v for b, v in run.at_budget.items()}, "wall_s": run.wall_s,
                 "slack": run.slack, "steps": run.steps, "curve": key, "curve_every": run.curve_every,
+                "dp_utility": None if run.dp is None else run.dp.as_dict(),
                 "slowdown": {ref: {str(b): slowdown(run.curve, runs[ref].curve, b, run.slack + runs[ref].slack,
                                                     cfg.reach_factor).as_dict() for b in SLOWDOWN_BUDGETS}
                              for ref in refs},

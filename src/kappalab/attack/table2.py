@@ -10,7 +10,8 @@ run it), so a difference would show. The RIR is the protocol's own (:data:`RIR_K
 a bias: the model is ``[X 1] [theta; b^T]`` (:func:`kappalab.immunization.task.with_ones_column`); theta = I and the
 random extractor have ``b = 0``. The harmful task is the one the table's probes use: digit b (+1) against the
 other digits except a (-1), :func:`...data.one_vs_rest`. The four methods start from one initial extractor per
-pair and seed (checked).
+pair and seed (checked). D_P's utility under the extractor attackers (:mod:`.utility`) reads the mirror task:
+digit a (+1) against the other digits except b (-1) (the immunization's own D_P rows carry no target to keep).
 
 Pairs: ``--pairs extremes`` (the default) is the issue's rule, fixed before the runs: the :data:`EXTREMES` pairs
 with the lowest and the :data:`EXTREMES` with the highest official-protocol RIR of Ours, mean over the committed
@@ -143,7 +144,9 @@ def group(protocol: str, methods: tuple[str, ...], overrides: dict[str, Any], a:
               ModelSpec("init", inits[0], "reference"),
               ModelSpec("random", with_bias(random_extractor(D, seed), zero), "reference")]
     X, y = one_vs_rest(b, a, seed, None, 1, "mnist")
-    return (Group("table2", seed, f"{a}-{b}", with_ones_column(X, has_bias), y, tuple(specs)), regenerated,
+    XP, yP = one_vs_rest(a, b, seed, None, 1, "mnist")
+    dp = (with_ones_column(XP, has_bias), yP)
+    return (Group("table2", seed, f"{a}-{b}", with_ones_column(X, has_bias), y, tuple(specs), dp=dp), regenerated,
             task.data_label)
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from .extractor_attackers import Extracted
 from .problem import loss, prediction_loss, rounding_slack
 from .registry import Attacker, Model
-from .utility import DPUtility, dp_utility
+from .utility import DPUtility
 
 
 def _loss(A: np.ndarray, Y: np.ndarray, it: Any) -> float:
@@ -172,7 +172,7 @@ def attack(model: Model, attacker: Attacker, seed: int, *, budgets: tuple[int, .
         W = kept.get(b)
         at_budget[b] = {"train": float(curve[b]) if b < curve.size else math.inf,
                         "test": _loss(*design.test, W) if W is not None else math.inf}
-    dp = dp_utility(model.dp, extractors, max(budgets)) if model.dp is not None and extractors else None
+    dp = model.dp.utility(extractors, max(budgets)) if model.dp is not None and extractors else None
     return Run(attacker.name, params, curve, at_budget, wall, _slack(model, attacker, last), tuning, curve_every, dp)
 
 

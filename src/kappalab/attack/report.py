@@ -5,7 +5,9 @@ Matrix cell: the slowdowns of the cell's runs (one per seed and pair) against th
 Table 1's RIR reference) at budget 100; a run that does not reach the target within 10 x 100 steps counts as 10, a
 lower bound (the cell then shows how many were not reached). The cell is the median over runs with a 95% percentile
 bootstrap interval of the median (:data:`N_BOOT` resamples of the runs, seed 0) and n. Spearman's rho over the
-immunized runs pairs each run's recorded RIR with its (capped) slowdown.
+immunized runs pairs each run's recorded RIR with its (capped) slowdown. The D_P utility table (:func:`dp_markdown`):
+per method and extractor attacker, the fraction of D_P's utility kept at the largest budget
+(:mod:`kappalab.attack.utility`), median [min, max] over runs, n, and how many runs it calls broken.
 
 Usage: ``python -m kappalab.attack.report docs/attacks/table1`` (prints the markdown, writes the figure beside);
 ``python -m kappalab.attack.report --refresh docs/attacks.md`` rewrites the page's matrix blocks from
@@ -107,6 +109,33 @@ def matrix_markdown(records: list[dict[str, Any]], reference: str) -> str:
     return "\n".join(lines)
 
 
+def dp_markdown(records: list[dict[str, Any]]) -> str:
+    """Method x extractor attacker: D_P's kept fraction at the largest budget (module docstring); "-" where the
+    records carry none (probe attackers leave D_P unchanged; records made before the measure existed)."""
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("dp_utility") is not None:
+            cells.setdefault((r["method"], r["attacker"]), []).append(r["dp_utility"])
+    attackers = list(dict.fromkeys(a for _, a in cells))
+    methods = list(dict.fromkeys(m for m, _ in cells))
+    lines = ["| method | " + " | ".join(attackers) + " |", "|---" * (len(attackers) + 1) + "|"]
+    for method in methods:
+        lines.append(f"| {method} | " + " | ".join(_dp_text(cells.get((method, a), [])) for a in attackers) + " |")
+    return "\n".join(lines)
+
+
+def _dp_text(utilities: list[dict[str, Any]]) -> str:
+    if not utilities:
+        return "-"
+    kept = [u["at_step"].get(str(u["budget"]), {}).get("kept") for u in utilities]
+    values = [k for k in kept if k is not None]
+    broken = sum(u["broken"] is True for u in utilities)
+    undefined = len(kept) - len(values)
+    text = f"{np.median(values):.3g} [{min(values):.3g}, {max(values):.3g}]" if values else "undefined"
+    notes = [f"n={len(utilities)}"] + [f"{broken} broken"] * bool(broken) + [f"{undefined} undefined"] * bool(undefined)
+    return f"{text} ({', '.join(notes)})"
+
+
 def markdown(records: list[dict[str, Any]]) -> str:
     lines = [f"Against theta = I ({REFERENCE}):", "", matrix_markdown(records, REFERENCE), "",
              "Against the run's initial extractor (init):", "", matrix_markdown(records, "init")]
@@ -115,6 +144,8 @@ def markdown(records: list[dict[str, Any]]) -> str:
               "|---|---|---|---|"]
     lines += [f"| {a} | {r:.3f} ({p:.3g}) | {rho['init'][a][0]:.3f} ({rho['init'][a][1]:.3g}) | {n} |"
               for a, (r, p, n) in rho[REFERENCE].items()]
+    if any(r.get("dp_utility") is not None for r in records):
+        lines += ["", "D_P's utility kept at the largest budget (extractor attackers):", "", dp_markdown(records)]
     return "\n".join(lines)
 
 
@@ -153,18 +184,20 @@ def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: P
 
 
 MATRIX = re.compile(r"(<!-- matrix (\w+) (\w+) -->\n)((?:\|.*\|\n)+)")
+DP = re.compile(r"(<!-- dp (\w+) -->\n)((?:\|.*\|\n)+)")
 
 
 def refresh(page: Path, stores: Path) -> str:
     """``page`` with every ``<!-- matrix TABLE REFERENCE -->`` block's table recomputed from
-    ``stores/TABLE.jsonl`` (:func:`matrix_markdown`); what tests/test_attack_docs.py checks against the curves."""
+    ``stores/TABLE.jsonl`` (:func:`matrix_markdown`; what tests/test_attack_docs.py checks against the curves) and
+    every ``<!-- dp TABLE -->`` block's (:func:`dp_markdown`)."""
     cache: dict[str, list[dict[str, Any]]] = {}
 
-    def table(m: re.Match) -> str:
-        records = cache.setdefault(m[2], load(stores / m[2])[0])
-        return m[1] + matrix_markdown(records, m[3]) + "\n"
+    def records(table: str) -> list[dict[str, Any]]:
+        return cache.setdefault(table, load(stores / table)[0])
 
-    return MATRIX.sub(table, page.read_text())
+    text = MATRIX.sub(lambda m: m[1] + matrix_markdown(records(m[2]), m[3]) + "\n", page.read_text())
+    return DP.sub(lambda m: m[1] + dp_markdown(records(m[2])) + "\n", text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ from kappalab.results import to_jsonable
 from .measures import Run, attack, slowdown
 from .problem import Split
 from .registry import Model, registry, settings
+from .utility import DPProbe
 
 #: the budgets the slowdowns are taken at; the runs are reach_factor x the largest long
 SLOWDOWN_BUDGETS = (1, 10, 100)
@@ -101,9 +102,11 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
     steps = cfg.reach_factor * max(SLOWDOWN_BUDGETS)
     inputs = Split.of(group.X, group.y, group.seed)
     trunk = None if group.trunk is None else Split.of(group.trunk, group.y, group.seed)
-    dp = None if group.dp is None else Split.of(*group.dp, group.seed)
-    # one Model per extractor, so its probe attackers share one SVD (Model.factor)
-    models = {spec.id: Model(Split.of(group.X @ spec.theta, group.y, group.seed), inputs, spec.theta, dp=dp)
+    measure_dp = group.dp is not None and any(known[name].changes_extractor for name in attackers)
+    # one Model per extractor, so its probe attackers share one SVD (Model.factor) and its extractor attackers one
+    # fixed D_P probe
+    models = {spec.id: Model(Split.of(group.X @ spec.theta, group.y, group.seed), inputs, spec.theta,
+                             dp=DPProbe.of(*group.dp, spec.theta) if measure_dp else None)
               if spec.features is None else Model(Split.of(spec.features, group.y, group.seed),
                                                   trunk if spec.deep is not None else None, deep=spec.deep)
               for spec in group.models}

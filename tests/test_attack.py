@@ -249,3 +249,22 @@ def test_merge_joins_parts_verbatim_and_refuses_an_attack_in_two(tmp_path) -> No
     with pytest.raises(ValueError, match="no table3.jsonl"):
         merge(tmp_path / "again", "table3", [tmp_path / "nowhere"])
     assert not (tmp_path / "again").exists()
+
+
+def test_lbfgs_on_rank_deficient_features_stays_at_the_optimum_after_converging() -> None:
+    """Three singular values at 1e-15 of the largest (below the rank rule's max(N, D) eps): the factor drops them,
+    and L-BFGS, converged in a few steps, stays at the minimum-norm optimum for 500 steps. (With them kept, its exact
+    line search stepped 1 / s_i^2 along them and grew W to 1e13 on House Prices' direct features.)"""
+    rng = np.random.default_rng(10)
+    U = np.linalg.qr(rng.standard_normal((120, 8)))[0]
+    V = np.linalg.qr(rng.standard_normal((8, 8)))[0]
+    F = U @ np.diag([9.0, 7.0, 5.0, 3.0, 2.0, 1e-14, 1e-14, 1e-14]) @ V.T
+    Y = rng.standard_normal((120, 2))
+    problem = Rotated.of(F, Y)
+    assert problem.factor.rank == 5 and problem.factor.s.shape == (5,)
+    W_star = problem.factor.solve(Y)
+    optimum = loss(F, Y, W_star)
+    iterates = _take(pa.lbfgs(problem, memory=10), 500)
+    for W in iterates[20:]:
+        assert np.linalg.norm(W) <= 1.01 * np.linalg.norm(W_star)
+        assert abs(problem.loss(W) - optimum) <= problem.slack(F, Y, W) + problem.slack(F, Y, W_star)

@@ -138,6 +138,25 @@ def test_a_checkpoint_records_the_estimators_and_the_measures_at_its_step():
     assert cp.entries[0]["estimates"]["exact"]["rir"] == pytest.approx(exact, rel=1e-9)
 
 
+def test_features_that_collapse_to_zero_end_the_run_as_diverged_with_the_checkpoints_so_far():
+    """A tail whose activations all died gives zero held-out features: kappa is undefined, so the checkpoint raises
+    what train_measured records as a divergence (naming the task and the epoch), and the earlier checkpoints stay."""
+    from kappalab.deep.train import DIVERGED
+    from kappalab.errors import CollapsedFeaturesError
+    from kappalab.reproduce.table3.measures import Checkpoints
+
+    rng = np.random.default_rng(2)
+    F0 = {t: rng.standard_normal((30, 4)) for t in ("P", "H")}
+    live = {"H": F0["H"]}
+    cp = Checkpoints((1, 2), 5, lambda: {"P": F0["P"], "H": live["H"]}, F0, seed=0, groups=2, group_size=10,
+                     rtol=None)
+    cp(1, {"task": 1.0})
+    live["H"] = np.zeros_like(F0["H"])
+    with pytest.raises(CollapsedFeaturesError, match="epoch 2: .* of D_H are all zero") as raised:
+        cp(2, {"task": 2.0})
+    assert isinstance(raised.value, DIVERGED) and [c["epoch"] for c in cp.entries] == [1]
+
+
 def test_kept_checkpoints_survive_a_resume_and_a_retrained_epoch_replaces_its_entry(tmp_path):
     """A training that resumes from its epoch checkpoint records the checkpoints its earlier process measured (read
     back from ``keep``); an epoch trained again (the process died after measuring it, before saving it) replaces

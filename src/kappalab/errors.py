@@ -21,6 +21,11 @@ class UndefinedRegularizerError(KappalabError):
     """R_ill's denominator (1/(2k))||S||_F^2 - s_min^2/2 is zero: all nonzero singular values are equal."""
 
 
+class CollapsedFeaturesError(KappalabError):
+    """An extractor's features are the zero matrix (a network whose activations all died): kappa, and so RIR, are
+    undefined."""
+
+
 class FloatRangeWarning(RuntimeWarning):
     """A result's magnitude lies outside the dtype's normal range: it was returned as inf, or as a subnormal
     number or 0 (see :mod:`kappalab.regularizers`, "Scale")."""

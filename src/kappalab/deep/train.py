@@ -31,14 +31,16 @@ from torch import nn
 
 from ..atomic_io import torch_save
 from ..distributed import world
-from ..errors import DegenerateSpectrumWarning, UndefinedRegularizerError
+from ..errors import CollapsedFeaturesError, DegenerateSpectrumWarning, UndefinedRegularizerError
 from .loader import CombinedLoader
 from .methods import ObjectiveConfig, objective_terms, weighted_loss
 from .model import ImmunizableModel
 
-#: what :func:`immunize` raises when a run diverges (a non-finite loss, R_ill undefined, a failed factorisation):
-#: a result of the setting, recorded as such by the sweeps, not a fault
-DIVERGED: tuple[type[Exception], ...] = (FloatingPointError, UndefinedRegularizerError, torch.linalg.LinAlgError)
+#: what :func:`immunize` raises when a run diverges (a non-finite loss, R_ill undefined, a failed factorisation, or
+#: features that collapsed to zero, which an epoch-end measure raises): a result of the setting, recorded as such by
+#: the sweeps, not a fault
+DIVERGED: tuple[type[Exception], ...] = (FloatingPointError, UndefinedRegularizerError, torch.linalg.LinAlgError,
+                                         CollapsedFeaturesError)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ The rule (:data:`RULE`, printed above the table) reads the paper's group estimat
   utility kept;
 * **"does not immunize here"** otherwise;
 * **"utility lost"** when D_P accuracy fell by more than :data:`UTILITY_POINTS` points on some seed;
-* **"diverged"** when the training of some seed diverged (a non-finite loss: the run's record says when).
+* **"diverged"** when the training of some seed diverged (a non-finite loss, or features that collapsed to zero: the
+  run's record says which, and when).
 
 A method run at several settings is read at the one :func:`.grid.selected` chose on the validation part; where no
 setting kept utility there, at its least damaging setting, whose row then reads **utility lost** whatever its test part

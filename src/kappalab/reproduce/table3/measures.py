@@ -33,6 +33,7 @@ from torch import nn
 from ...atomic_io import save_npz, write_json
 from ...deep import immunize
 from ...deep.train import DIVERGED
+from ...errors import CollapsedFeaturesError
 from ...estimators import estimate_all, random_groups
 
 #: the dtype of the cached trunk activations the real network's tail reads (kappalab.deep.trunk)
@@ -113,6 +114,10 @@ class Checkpoints:
         if epoch not in self.at:
             return
         FI = self.features()
+        collapsed = [f"D_{t}" for t in ("P", "H") if not FI[t].any()]
+        if collapsed:  # kappa undefined: the run is recorded as diverged, with the checkpoints so far
+            raise CollapsedFeaturesError(f"epoch {epoch}: theta_I's held-out features of {' and '.join(collapsed)} "
+                                         "are all zero (the tail's activations died): kappa and RIR undefined")
         est = estimate_all(self.F0["P"], self.F0["H"], FI["P"], FI["H"], seed=self.seed, groups=self.groups,
                            group_size=self.group_size, n_boot=200, n_boot_exact=0, rtol=self.rtol,
                            exact=exact_defined(self.F0))

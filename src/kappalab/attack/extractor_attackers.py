@@ -2,9 +2,9 @@
 
 The model on D_H is ``X M W`` with ``M`` the attacked extractor; each step is one minibatch (``batch_size`` rows,
 without replacement within an epoch, order drawn from the run's seed) of the loss ``||X_b M W - Y_b||^2 / (2b)``.
-Each iterator yields an :class:`Extracted` after every step: the attacked extractor ``M``, the probe ``W`` and their
-end-to-end map ``M W`` (``D_in x C``), so the harmful loss is measured on the inputs, ``loss(X, Y, M W)``
-(:func:`kappalab.attack.problem.loss`), and D_P's utility on the extractor (:mod:`.utility`).
+Each iterator yields an :class:`Extracted` after every step: the end-to-end map ``M W`` (``D_in x C``), on which the
+harmful loss is measured from the inputs, ``loss(X, Y, M W)`` (:func:`kappalab.attack.problem.loss`), and what forms
+the attacked extractor ``M``, on which D_P's utility is (:mod:`.utility`).
 
 * ``finetune``: ``M = theta`` trained with the probe (``W_0 = 0``), by SGD or Adam.
 * ``lora``: ``M = theta + B A`` with theta frozen, ``B`` (``D_in x r``) zero and ``A`` (``r x D``) uniform in

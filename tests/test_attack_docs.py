@@ -97,11 +97,15 @@ PROBE_ATTACKERS = ("gd", "gd_tuned", "momentum", "adam", "lbfgs", "solve")
 def test_no_stored_probe_attack_has_a_slack_near_its_loss(table: str) -> None:
     """A run's slack is its last iterate's bound, applied to its whole curve (docs/attacks.md, "Reach and
     slowdown"): a W that grew late would loosen the reach test early. docs/attacks.md states the largest committed
-    probe-attacker slack relative to its curve's lowest loss: 1e-9 for Tables 1 and 3, 1e-4 for the Table 2 sample
-    (solve on Opt kappa's features, a large minimum-norm W), the bounds checked here."""
+    probe-attacker slack relative to its curve's lowest loss: 1e-9 for Table 1, 1e-5 for Table 3 and 1e-4 for the
+    Table 2 sample (each table's largest is `solve`'s, whose minimum-norm W is the largest); the iterative attackers'
+    at most 1e-9, 5e-8 and 1e-9: the bounds checked here."""
     records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{table}.jsonl").read_text().splitlines() if x]
     curves = np.load(ROOT / "docs" / "attacks" / f"{table}_curves.npz")
     probes = [r for r in records if r["attacker"] in PROBE_ATTACKERS]
     assert probes
-    worst = max(r["slack"] / np.nanmin(curves[r["curve"]]) for r in probes)
-    assert worst <= {"table1": 1e-9, "table2": 1e-4, "table3": 1e-9}[table], (table, worst)
+    ratio = {r["curve"]: r["slack"] / np.nanmin(curves[r["curve"]]) for r in probes}
+    worst = max(ratio.values())
+    iterative = max(ratio[r["curve"]] for r in probes if r["attacker"] != "solve")
+    assert worst <= {"table1": 1e-9, "table2": 1e-4, "table3": 1e-5}[table], (table, worst)
+    assert iterative <= {"table1": 1e-9, "table2": 5e-8, "table3": 1e-9}[table], (table, iterative)

@@ -44,8 +44,13 @@ def test_proxy_quick_runs_records_and_resumes(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out, work = tmp_path / "out", tmp_path / "work"
     argv = ["--proxy", "--quick", "--out", str(out), "--work", str(work), "--methods", "ours"]
+    # the checkout the process started from, not the one at each write (a commit made during a long sweep)
+    from kappalab.reproduce.table3 import sweep as sweep_module
+    states = iter([{"commit": "at-start", "dirty": False}])
+    monkeypatch.setattr(sweep_module, "git_state", lambda: next(states, {"commit": "later", "dirty": True}))
     assert table3_cli.main(argv) == 0
     records = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert all(r["provenance"]["git"] == {"commit": "at-start", "dirty": False} for r in records)
     assert [r["method"] for r in records] == ["init", "ours"]
     ours = records[1]
     assert ours["provenance"]["seed"] == 0 and ours["provenance"]["dtype"] == "float64"

@@ -5,7 +5,9 @@ real network: :class:`.real.RealBench`), then, by the plan's action, prints the 
 or runs the missing records (:func:`sweep`) and writes the report (:mod:`.report`) from the records alone.
 
 :func:`sweep` makes every record of the plan not yet in the store, in the plan's order, each with its times and
-provenance; finished records are never redone. Under ``torchrun`` every rank trains and rank 0 alone holds the
+provenance; finished records are never redone. A record's ``provenance.git`` is the checkout :func:`execute` found
+when it started, the code the process imported, not the one at the record's write (a commit made during a long
+sweep would otherwise be named by records that never ran it). Under ``torchrun`` every rank trains and rank 0 alone holds the
 store's lock and writes (a second rank taking the lock would fail at once and leave rank 0 waiting in all_reduce).
 """
 
@@ -24,7 +26,7 @@ from ...cli_options import UsageError
 from ...deep.model import ImmunizableModel
 from ...deep.task import Task
 from ...distributed import finish_distributed, world
-from ...provenance import provenance
+from ...provenance import git_state, provenance
 from ...results import RunStore
 from .plan import Plan, RunSpec
 
@@ -38,8 +40,10 @@ class Bench(Protocol):
     def measure(self, spec: RunSpec, base: ImmunizableModel, init: dict[str, Any] | None) -> dict[str, Any]: ...
 
 
-def sweep(specs: list[RunSpec], bench: Bench, store: RunStore) -> int:
-    """Make every record of ``specs`` missing from ``store`` (module docstring); returns this process's rank."""
+def sweep(specs: list[RunSpec], bench: Bench, store: RunStore, git: dict[str, Any] | None = None) -> int:
+    """Make every record of ``specs`` missing from ``store`` (module docstring); returns this process's rank.
+    ``git``: the checkout the process started from (:func:`execute` reads it first; None: read it now)."""
+    git = git_state() if git is None else git
     from tqdm.auto import tqdm
 
     rank = world()[0]
@@ -54,8 +58,8 @@ def sweep(specs: list[RunSpec], bench: Bench, store: RunStore) -> int:
                                       "seed": spec.seed, "method": spec.method, "identity": spec.identity}
             record.update(bench.measure(spec, base, made.get(spec.init_key)))
             record["cpu_s"], record["wall_s"] = time.process_time() - cpu, time.perf_counter() - wall
-            record["provenance"] = provenance(spec.seed, spec.cfg, device=str(bench.task.device), dtype="float64",
-                                              data_label=bench.task.data_label)
+            record["provenance"] = {**provenance(spec.seed, spec.cfg, device=str(bench.task.device),
+                                                 dtype="float64", data_label=bench.task.data_label), "git": git}
             made[spec.key] = record
             if rank == 0:
                 store.append(record)
@@ -68,15 +72,16 @@ def sweep(specs: list[RunSpec], bench: Bench, store: RunStore) -> int:
 def execute(plan: Plan) -> int:
     """Carry out ``plan`` (module docstring), with torch's default dtype float64 for the call only (restored after
     it: a caller in the same process, a test session among them, keeps its own)."""
+    git = git_state()  # the code this process imported (module docstring)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        return _execute(plan)
+        return _execute(plan, git)
     finally:
         torch.set_default_dtype(previous)
 
 
-def _execute(plan: Plan) -> int:
+def _execute(plan: Plan, git: dict[str, Any]) -> int:
     from .report import report
 
     store = RunStore(plan.out / "runs.jsonl")
@@ -109,7 +114,7 @@ def _execute(plan: Plan) -> int:
                          "--aggregate-only); use another --out")
     specs = plan.specs(data)
     t0 = time.perf_counter()
-    rank = sweep(specs, bench, store)
+    rank = sweep(specs, bench, store, git)
     print(f"table3 {plan.cfg.name}: runs finished in {time.perf_counter() - t0:.0f} s this call")
     if rank != 0:
         return 0  # tables and figures are rank 0's

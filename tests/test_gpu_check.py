@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -46,8 +47,9 @@ def test_cuda_without_a_gpu_runs_nothing() -> None:
 
 def test_the_dry_run_runs_every_stage_under_its_guard_and_reports(tmp_path: Path) -> None:
     """The dry run ends with status 0 and both reports; every stage ran in order and passed, or its guard cut it or
-    skipped it for time (named as such: on an idle machine all pass in ~12 CPU-s; a loaded one runs out of the 30 s);
-    the first stage always runs; the tracked docs/gpu.md is not touched."""
+    skipped it for time (named as such: on an idle machine all pass in ~12 CPU-s; a loaded one runs out of the 30 s,
+    which count from the process's start, imports included, so on a very loaded one even the first stage is skipped,
+    and then only because less than its budget was left); the tracked docs/gpu.md is not touched."""
     report, md = tmp_path / "dry.json", tmp_path / "dry.md"
     page = (ROOT / "docs" / "gpu.md").read_bytes()
     done = _run(["--dry-run", "--json", str(report), "--out", str(md)], timeout=120)
@@ -61,7 +63,10 @@ def test_the_dry_run_runs_every_stage_under_its_guard_and_reports(tmp_path: Path
         # a stage that ran past its budget was cut, not passed (how long a cut takes to unwind depends on the
         # machine's load: test_the_guard_interrupts_a_stage_that_runs_past_its_budget checks the interruption)
         assert outcome != "passed" or stage["seconds"] <= stage["budget_s"] + 1, stage
-    assert data["stages"][0]["outcome"] in ("passed", f"cut at its time limit ({data['stages'][0]['budget_s']:.0f} s)")
+    first = data["stages"][0]
+    if first["outcome"].startswith("skipped"):  # the imports ate the budget: seen with 4 busy processes on 2 cores
+        left = float(re.search(r"([0-9.]+) s left", first["outcome"]).group(1))
+        assert left < first["budget_s"], first
     passed = all(s["outcome"] == "passed" for s in data["stages"])
     assert data["status"] == ("passed" if passed else "incomplete")
     step = next(s for s in data["stages"] if s["name"] == "official step")

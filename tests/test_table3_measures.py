@@ -157,6 +157,28 @@ def test_features_that_collapse_to_zero_end_the_run_as_diverged_with_the_checkpo
     assert isinstance(raised.value, DIVERGED) and [c["epoch"] for c in cp.entries] == [1]
 
 
+def test_a_row_group_of_features_that_collapsed_to_zero_ends_the_run_as_diverged():
+    """Features that are not all zero, but zero on every row of one of the group estimator's row groups, leave that
+    group's kappa undefined: the checkpoint raises the same divergence, naming the epoch (a grid run of the official
+    protocol met this at eta 1e-3, multiple 10, and its traceback stopped the sweep)."""
+    from kappalab.deep.train import DIVERGED
+    from kappalab.errors import CollapsedFeaturesError
+    from kappalab.estimators import random_groups
+    from kappalab.reproduce.table3.measures import Checkpoints
+
+    rng = np.random.default_rng(3)
+    F0 = {t: rng.standard_normal((30, 4)) for t in ("P", "H")}
+    first_group = random_groups(30, 2, 10, np.random.default_rng(0))[0]  # the estimator's first D_H group (seed 0)
+    FH = np.zeros_like(F0["H"])
+    live_row = next(i for i in range(30) if i not in first_group)
+    FH[live_row] = 1.0
+    cp = Checkpoints((1,), 5, lambda: {"P": F0["P"], "H": FH}, F0, seed=0, groups=2, group_size=10, rtol=None)
+    with pytest.raises(CollapsedFeaturesError, match="epoch 1: a row group of theta_I's held-out features is all zero"
+                       ) as raised:
+        cp(1, {"task": 1.0})
+    assert FH.any() and isinstance(raised.value, DIVERGED) and cp.entries == []
+
+
 def test_kept_checkpoints_survive_a_resume_and_a_retrained_epoch_replaces_its_entry(tmp_path):
     """A training that resumes from its epoch checkpoint records the checkpoints its earlier process measured (read
     back from ``keep``); an epoch trained again (the process died after measuring it, before saving it) replaces

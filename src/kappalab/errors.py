@@ -21,6 +21,10 @@ class UndefinedRegularizerError(KappalabError):
     """R_ill's denominator (1/(2k))||S||_F^2 - s_min^2/2 is zero: all nonzero singular values are equal."""
 
 
+class RankZeroError(KappalabError):
+    """A matrix whose kappa, R_well or R_ill is asked for is the zero matrix (rank zero)."""
+
+
 class CollapsedFeaturesError(KappalabError):
     """An extractor's features are the zero matrix (a network whose activations all died): kappa, and so RIR, are
     undefined."""

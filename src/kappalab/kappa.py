@@ -62,6 +62,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 import numpy as np
 
 from ._backend import Array, eps, eye_like, namespace, scalar_like, to_scalar, to_scalars, unit_scaled
+from .errors import RankZeroError
 from .validation import matrix, matrix_to_decompose, positive_scalar, require_values, symmetric
 
 #: The official code's shift of the shifted kappa.
@@ -117,7 +118,7 @@ def rank_rule(values: Array, s_max: Array, rtol: float) -> RankRule:
 def check_nonzero(s_max: Array, name: str) -> None:
     """Raise when the largest value is not positive: the matrix is zero, and kappa, R_well and R_ill are undefined."""
     if not to_scalar(s_max) > 0:
-        raise ValueError(f"{name} has rank zero (it is the zero matrix): kappa, R_well and R_ill are undefined")
+        raise RankZeroError(f"{name} has rank zero (it is the zero matrix): kappa, R_well and R_ill are undefined")
 
 
 def check_psd(lam_lowest: Array, lam_max: Array, rtol: float, name: str, scale: int = 0) -> None:

@@ -33,7 +33,7 @@ from torch import nn
 from ...atomic_io import save_npz, write_json
 from ...deep import immunize
 from ...deep.train import DIVERGED
-from ...errors import CollapsedFeaturesError
+from ...errors import CollapsedFeaturesError, RankZeroError
 from ...estimators import estimate_all, random_groups
 
 #: the dtype of the cached trunk activations the real network's tail reads (kappalab.deep.trunk)
@@ -118,9 +118,13 @@ class Checkpoints:
         if collapsed:  # kappa undefined: the run is recorded as diverged, with the checkpoints so far
             raise CollapsedFeaturesError(f"epoch {epoch}: theta_I's held-out features of {' and '.join(collapsed)} "
                                          "are all zero (the tail's activations died): kappa and RIR undefined")
-        est = estimate_all(self.F0["P"], self.F0["H"], FI["P"], FI["H"], seed=self.seed, groups=self.groups,
-                           group_size=self.group_size, n_boot=200, n_boot_exact=0, rtol=self.rtol,
-                           exact=exact_defined(self.F0))
+        try:
+            est = estimate_all(self.F0["P"], self.F0["H"], FI["P"], FI["H"], seed=self.seed, groups=self.groups,
+                               group_size=self.group_size, n_boot=200, n_boot_exact=0, rtol=self.rtol,
+                               exact=exact_defined(self.F0))
+        except RankZeroError as e:  # a group estimator's rows of theta_I's features are all zero
+            raise CollapsedFeaturesError(f"epoch {epoch}: a row group of theta_I's held-out features is all zero "
+                                         f"(most of the tail's activations died): kappa and RIR undefined ({e})") from e
         entry = {"epoch": epoch, "step": epoch * self.steps_per_epoch, "train_terms": dict(terms),
                  "estimates": {k: {"term_i": e.term_i, "term_ii": e.term_ii, "rir": e.rir} for k, e in est.items()},
                  **(self.measures() if self.measures else {})}

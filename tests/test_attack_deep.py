@@ -114,3 +114,40 @@ def test_the_attack_measures_read_a_deep_model_through_its_predictions():
     assert np.all(np.isfinite(run.curve)) and run.curve[-1] < run.curve[0]
     assert 0 < run.slack < run.curve[-1]
     assert all(math.isfinite(v["test"]) for v in run.at_budget.values())
+
+
+def test_d_p_utility_under_a_deep_attacker_is_read_with_the_probe_fitted_before_it():
+    """measures.attack with a DeepDPProbe: step 0 reads the probe's own least-squares fit on the tail's features
+    (checked against numpy's lstsq); at each budget the fixed probe is read on the features of the tail the attacker
+    left there, which a second run of the same seeded attack reproduces (the snapshots are not kept); the extractor
+    before the attack keeps its eval mode and weights."""
+    from kappalab.attack.utility import DeepDPProbe
+
+    model = _model()
+    X, Y = _data(60)
+    rng = np.random.default_rng(5)
+    AP = rng.standard_normal((40, C_IN * SIDE * SIDE)).astype(np.float32).astype(np.float64)
+    YP = np.eye(10)[rng.integers(0, 10, 40)]
+    extractor = DeepExtractor(model, (C_IN, SIDE, SIDE))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    probe = DeepDPProbe.of(AP, YP, extractor)
+    F0 = extract_features(model, extractor.rows(AP)).numpy()
+    W_ref = np.linalg.lstsq(F0, YP, rcond=None)[0]
+    ref = float(np.sum((F0 @ W_ref - YP) ** 2)) / (2 * len(YP))
+    assert abs(probe.loss_before - ref) <= 1e-9 * max(ref, 1.0)
+    assert not model.training and all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+    inputs = Split.of(X, Y, seed=0)
+    m = Model(Split.of(extract_features(model, extractor.rows(X)).numpy(), Y, seed=0), inputs, None, deep=extractor,
+              dp=probe)
+    params = {"optimizer": "sgd", "lr": 0.5}
+    attacker = Attacker("finetune", True, (params,), FUNCTIONS["finetune"][1])
+    run = attack(m, attacker, 0, budgets=(1, 5), steps=10, batch_size=12, selection_budget=5)
+    assert run.dp is not None and sorted(run.dp.loss) == [0, 1, 5] and run.dp.loss[0] == probe.loss_before
+    steps = deep_attack(extractor, *inputs.train, seed=0, batch_size=12, **params)
+    snaps = [next(steps) for _ in range(5)]
+    for b in (1, 5):
+        expected = float(np.sum((snaps[b - 1].features(AP) @ probe.W - YP) ** 2)) / (2 * len(YP))
+        assert abs(run.dp.loss[b] - expected) <= 1e-12 * expected
+    assert run.dp.loss[5] != run.dp.loss[0], "the attack left the tail's D_P features where they were"
+    assert run.dp.as_dict()["at_step"]["0"]["kept"] == 1.0

@@ -46,6 +46,20 @@ class DeepExtractor:
         ref = next(self.model.trainable.parameters())
         return torch.from_numpy(np.ascontiguousarray(A)).reshape(-1, *self.shape).to(ref.device, ref.dtype)
 
+    def features(self, A: np.ndarray) -> np.ndarray:
+        """``f(A)`` of the model before any attack (eval mode for the call, its mode restored after), float64."""
+        training = self.model.training
+        try:
+            return _tail_features(self.model.eval(), self.rows(A)).cpu().numpy()
+        finally:
+            self.model.train(training)
+
+
+@torch.no_grad()
+def _tail_features(model: nn.Module, X: torch.Tensor) -> torch.Tensor:
+    """The model's pooled features of the tail inputs ``X``, :data:`CHUNK` rows a forward pass, float64."""
+    return torch.cat([model.features(chunk) for chunk in X.split(CHUNK)]).double()
+
 
 class Snapshot:
     """The attacked model after one step (a copy in eval mode, and the probe ``W``, on their device: nothing read
@@ -60,10 +74,8 @@ class Snapshot:
     def W(self) -> np.ndarray:
         return self._W.cpu().numpy()
 
-    @torch.no_grad()
     def _features(self, A: np.ndarray) -> torch.Tensor:
-        X = self.extractor.rows(A)
-        return torch.cat([self.model.features(chunk) for chunk in X.split(CHUNK)]).double()
+        return _tail_features(self.model, self.extractor.rows(A))
 
     def features(self, A: np.ndarray) -> np.ndarray:
         return self._features(A).cpu().numpy()

@@ -5,8 +5,8 @@
   run has loss inf and is never chosen unless all diverge; ties go to the first in grid order).
 * :func:`attack`: the chosen attacker runs ``steps`` steps; the training loss after every step (index 0 = the
   start, ``W = 0``) is the curve, the training and test loss at each budget and the wall time are recorded; for an
-  attacker that changes a linear extractor of a model with D_P rows, D_P's utility at the start and each budget
-  (:mod:`.utility`). With
+  attacker that changes the extractor (linear or deep) of a model with D_P rows, D_P's utility at the start and each
+  budget (:mod:`.utility`). With
   ``curve_every = k > 1`` (the deep attackers, whose loss is a forward pass over the training rows) the curve is
   computed at steps ``0..k``, at every k-th step and at the budgets, and is NaN at the others: a reach step is then
   the first computed step at or below the target, never before the every-step curve's and at most ``k - 1`` steps
@@ -72,7 +72,7 @@ class Run:
     slack: float  #: rounding bound of the loss at the last finite iterate
     tuning: Tuning | None = field(default=None)
     curve_every: int = 1  #: the curve's stride (module docstring)
-    dp: DPUtility | None = None  #: D_P's utility (an attacker that changes a linear extractor; module docstring)
+    dp: DPUtility | None = None  #: D_P's utility (an attacker that changes the extractor; module docstring)
 
     @property
     def steps(self) -> int:
@@ -105,8 +105,8 @@ def _map(step: Any) -> Any:
 def _iterate(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: int, batch_size: int, steps: int,
              keep: set[int], curve_every: int):
     """Run ``steps`` steps; returns the training-loss curve (module docstring: ``curve_every``), the iterates at the
-    steps in ``keep``, a linear extractor attacker's extractors there (step 0: ``model.theta``), the last finite
-    iterate and the stepping time."""
+    steps in ``keep``, an extractor attacker's extractors there (a linear one's maps, step 0 ``model.theta``; a deep
+    one's snapshots), the last finite iterate and the stepping time."""
     A, Y = _design(model, attacker).train
     curve = np.full(steps + 1, math.inf)
     W0 = np.zeros((A.shape[1], Y.shape[1]))
@@ -132,6 +132,8 @@ def _iterate(model: Model, attacker: Attacker, params: Mapping[str, Any], seed: 
                 kept[t] = W
                 if isinstance(step, Extracted):
                     extractors[t] = step.extractor()
+                elif model.deep is not None and attacker.changes_extractor:
+                    extractors[t] = step  # the tail's snapshot after t steps
     return curve, kept, extractors, last, wall
 
 
@@ -172,7 +174,7 @@ def attack(model: Model, attacker: Attacker, seed: int, *, budgets: tuple[int, .
         W = kept.get(b)
         at_budget[b] = {"train": float(curve[b]) if b < curve.size else math.inf,
                         "test": _loss(*design.test, W) if W is not None else math.inf}
-    dp = model.dp.utility(extractors, max(budgets)) if model.dp is not None and extractors else None
+    dp = model.dp.utility(extractors, max(budgets)) if model.dp is not None and attacker.changes_extractor else None
     return Run(attacker.name, params, curve, at_budget, wall, _slack(model, attacker, last), tuning, curve_every, dp)
 
 

@@ -34,8 +34,8 @@ class Model:
     theta: np.ndarray | None = None
     #: a deep extractor (:class:`kappalab.attack.deep_attackers.DeepExtractor`; ``inputs`` its trunk activations)
     deep: Any | None = None
-    #: D_P's rows and fixed probe (:class:`kappalab.attack.utility.DPProbe`), where D_P's utility under a linear
-    #: extractor's attackers is measured
+    #: D_P's rows and fixed probe (:class:`kappalab.attack.utility.DPProbe`, a deep extractor's
+    #: :class:`~kappalab.attack.utility.DeepDPProbe`), where D_P's utility under the extractor's attackers is measured
     dp: Any | None = None
 
     @property

@@ -32,7 +32,7 @@ from kappalab.results import to_jsonable
 from .measures import Run, attack, slowdown
 from .problem import Split
 from .registry import Model, registry, settings
-from .utility import DPProbe
+from .utility import DeepDPProbe, DPProbe
 
 #: the budgets the slowdowns are taken at; the runs are reach_factor x the largest long
 SLOWDOWN_BUDGETS = (1, 10, 100)
@@ -71,6 +71,8 @@ class Group:
     trunk: np.ndarray | None = None  #: the deep extractors' inputs for the same rows (flattened trunk activations)
     #: D_P's inputs and targets, where D_P's utility under the linear extractors' attackers is measured (:mod:`.utility`)
     dp: tuple[np.ndarray, np.ndarray] | None = None
+    #: D_P's trunk rows (flattened) and targets, the same for the deep extractors' attackers
+    dp_trunk: tuple[np.ndarray, np.ndarray] | None = None
 
     def model_id(self, spec: ModelSpec) -> str:
         return f"{self.table}/{spec.id}/s{self.seed}" + (f"/{self.pair}" if self.pair else "")
@@ -102,13 +104,16 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
     steps = cfg.reach_factor * max(SLOWDOWN_BUDGETS)
     inputs = Split.of(group.X, group.y, group.seed)
     trunk = None if group.trunk is None else Split.of(group.trunk, group.y, group.seed)
-    measure_dp = group.dp is not None and any(known[name].changes_extractor for name in attackers)
+    changes = any(known[name].changes_extractor for name in attackers)
+    measure_dp, measure_deep_dp = changes and group.dp is not None, changes and group.dp_trunk is not None
     # one Model per extractor, so its probe attackers share one SVD (Model.factor) and its extractor attackers one
     # fixed D_P probe
     models = {spec.id: Model(Split.of(group.X @ spec.theta, group.y, group.seed), inputs, spec.theta,
                              dp=DPProbe.of(*group.dp, spec.theta) if measure_dp else None)
               if spec.features is None else Model(Split.of(spec.features, group.y, group.seed),
-                                                  trunk if spec.deep is not None else None, deep=spec.deep)
+                                                  trunk if spec.deep is not None else None, deep=spec.deep,
+                                                  dp=DeepDPProbe.of(*group.dp_trunk, spec.deep)
+                                                  if measure_deep_dp and spec.deep is not None else None)
               for spec in group.models}
     bare = [spec.id for spec in group.models if spec.features is not None and spec.deep is None]
     changing = [name for name in attackers if known[name].changes_extractor]

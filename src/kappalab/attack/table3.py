@@ -15,7 +15,8 @@ The attackers that change the extractor (fine-tuning, LoRA: :mod:`.deep_attacker
 weights loaded, and its held-out features checked against the run's ``features.npz`` before any attack
 (:func:`kappalab.reproduce.table3.real.kept_model`), so that they attack the extractor the probe attackers see.
 theta_0's tail is theta_0 as the runs built it; ``direct`` and ``random`` are attacked on the pixels, as in Tables 1
-and 2.
+and 2. D_P's utility under those attackers (:mod:`.utility`) is read on D_P's held-out images, drawn and checked
+like D_H's: the tails' on their trunk activations, ``direct``'s and ``random``'s on the pixels.
 
 Usage: ``python -m kappalab.attack.table3 --store STORE_DIR [STORE_DIR ...] [--work DIR] [--out docs/attacks]
 [--attackers ...] [--seeds 1,2] [--methods ours,...]``.
@@ -42,16 +43,18 @@ DEFAULT_STORES = [Path(f"docs/reproduction/table3/powered/grid/{direction}/paper
                   for direction in ("fmnist_vs_mnist", "mnist_vs_fmnist")]
 
 
-def harmful_heldout(config: dict, recorded_rows_sha256: str) -> tuple[np.ndarray, np.ndarray]:
-    """D_H's held-out images (N x 784 pixels in [0, 1]) and labels, drawn as the run drew them; a draw whose rows
-    differ from the record's is refused."""
+def heldout(identity: dict, task: str) -> tuple[np.ndarray, np.ndarray]:
+    """The held-out images (N x 784 pixels in [0, 1]) and labels of D_H (``task`` "H") or D_P ("P"), drawn as the
+    run drew them; a draw whose rows differ from the record's is refused."""
     from kappalab.reproduce.table3.real_data import draw_parts
 
-    parts = draw_parts(config["harmful"], config["per_class"], config["split_seed_real"])
+    config = identity["config"]
+    name = config["harmful"] if task == "H" else config["pretrain_data"]
+    parts = draw_parts(name, config["per_class"], config["split_seed_real"])
     rows = parts.rows["heldout"].astype(np.int64)
-    if hashlib.sha256(rows.tobytes()).hexdigest() != recorded_rows_sha256:
-        raise SystemExit(f"{config['harmful']}: the held-out rows drawn here differ from the record's; the data "
-                         "files changed since the run")
+    if hashlib.sha256(rows.tobytes()).hexdigest() != identity["data"][task]["rows_sha256"]["heldout"]:
+        raise SystemExit(f"{name}: the held-out rows drawn here differ from the record's; the data files changed "
+                         "since the run")
     return parts.images["heldout"].reshape(len(rows), -1) / 255.0, parts.labels["heldout"]
 
 
@@ -67,7 +70,12 @@ class Tails:
         self.data, self.task = rebuilt(first)
         acts = self.data.X["H", "heldout"]
         self.shape = tuple(acts.shape[1:])
-        self.trunk = acts.double().numpy().reshape(acts.shape[0], -1)
+        self.trunk = self.flat("H")
+
+    def flat(self, task: str) -> np.ndarray:
+        """The held-out trunk activations of D_H (``task`` "H") or D_P ("P"), float64, one flattened row each."""
+        acts = self.data.X[task, "heldout"]
+        return acts.double().numpy().reshape(acts.shape[0], -1)
 
     def theta_I(self, record: dict, work: Path):
         from kappalab.reproduce.table3.real import kept_model
@@ -107,11 +115,12 @@ def groups(store: Path, work: Path, deep: bool = False, device: str = "cpu", see
         if not runs:  # no method or control of this seed has a selected setting that trained to the end
             continue
         identity = runs[0]["identity"]
-        pixels, labels = harmful_heldout(identity["config"], identity["data"]["H"]["rows_sha256"]["heldout"])
+        (pixels, labels), (dp_pixels, dp_labels) = heldout(identity, "H"), heldout(identity, "P")
         targets = np.eye(10)[labels]
         if deep and tails is None:
             tails = Tails(runs[0], device)
-            if not np.array_equal(tails.data.y["H", "heldout"].numpy(), labels):
+            if not (np.array_equal(tails.data.y["H", "heldout"].numpy(), labels)
+                    and np.array_equal(tails.data.y["P", "heldout"].numpy(), dp_labels)):
                 raise SystemExit(f"{store}: the trunk activations' labels differ from the held-out draw's")
         specs, theta0 = [], None
         for r in runs:
@@ -130,8 +139,10 @@ def groups(store: Path, work: Path, deep: bool = False, device: str = "cpu", see
                   ModelSpec("init", None, "reference", features=theta0,
                             deep=tails.theta_0(seed, theta0) if tails else None),
                   ModelSpec("random", random_extractor(dim, seed), "reference")]
+        dp_targets = np.eye(10)[dp_labels]
         out.append(Group("table3", seed, runs[0]["task"].removeprefix("efficientnet_lite0_"), pixels, targets,
-                         tuple(specs), trunk=None if tails is None else tails.trunk))
+                         tuple(specs), trunk=None if tails is None else tails.trunk, dp=(dp_pixels, dp_targets),
+                         dp_trunk=None if tails is None else (tails.flat("P"), dp_targets)))
         label = (f"EfficientNet-Lite0 {runs[0]['task']} ({runs[0]['protocol']} protocol): D_H held-out features, "
                  f"{len(labels)} images")
     return out, label

@@ -16,17 +16,22 @@ on D_P survives the attack, not how well it generalizes, so fit and reading shar
 * ``broken``: ``kept < 1/2`` at the largest budget, i.e. the attack took more than half of D_P's utility (the rule
   fixed before Table 2's runs); None when ``kept`` is, or when the attack diverged before that budget (its steps
   after the divergence are not measured).
+
+A deep extractor (the real network's tail, :mod:`.deep_attackers`) is read the same way (:class:`DeepDPProbe`):
+``W_P`` is fitted on the tail's features ``f_0(A_P)`` of D_P's trunk rows before the attack, and
+``L(b) = ||f_b(A_P) W_P - Y_P||^2 / (2N)`` with ``f_b`` the tail after ``b`` steps. A tail is not invertible, so
+there ``kept`` may exceed 1.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .problem import Factor, as_targets, loss
+from .problem import Factor, as_targets, loss, prediction_loss
 
 #: ``broken`` when less than this fraction of D_P's utility is kept at the largest budget
 KEPT_FRACTION = 0.5
@@ -84,3 +89,36 @@ class DPProbe:
             raise ValueError("the extractor before the attack (step 0) is needed: D_P's probe was fitted on it")
         zero = loss(self.X, self.Y, np.zeros((self.X.shape[1], self.Y.shape[1])))
         return DPUtility(budget, zero, {t: loss(self.X, self.Y, M @ self.W) for t, M in sorted(extractors.items())})
+
+
+class Features(Protocol):
+    """A deep extractor before the attack or a step's snapshot (:mod:`.deep_attackers`): ``f(A)``, float64."""
+
+    def features(self, A: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class DeepDPProbe:
+    """D_P's trunk rows and the probe fitted on a deep extractor's features of them before the attack (module
+    docstring); one per model."""
+
+    A: np.ndarray  #: D_P's trunk rows, flattened (N_P x C H W)
+    Y: np.ndarray  #: D_P's targets (N_P x C)
+    W: np.ndarray  #: the fixed probe (D x C)
+    loss_before: float  #: D_P's loss with the probe on the extractor it was fitted on (step 0)
+
+    @classmethod
+    def of(cls, A: np.ndarray, Y: np.ndarray, before: Features) -> DeepDPProbe:
+        Y = as_targets(Y)
+        F = before.features(A)
+        if F.shape[0] != Y.shape[0]:
+            raise ValueError(f"D_P's trunk rows and targets must be as many, got {F.shape[0]} and {Y.shape[0]}")
+        W = Factor.of(F).solve(Y)
+        return cls(A, Y, W, loss(F, Y, W))
+
+    def utility(self, snapshots: Mapping[int, Features], budget: int) -> DPUtility:
+        """D_P's utility with the snapshots after each step in ``snapshots`` (steps >= 1; step 0 is the probe's own
+        fit); ``budget``: the largest budget."""
+        zero = prediction_loss(np.zeros_like(self.Y), self.Y)
+        readings = {t: loss(s.features(self.A), self.Y, self.W) for t, s in sorted(snapshots.items()) if t > 0}
+        return DPUtility(budget, zero, {0: self.loss_before, **readings})

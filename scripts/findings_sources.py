@@ -103,7 +103,8 @@ T2_PAPER_90 = Source("table2/full90/headline.json", table2_headline("paper"))
 T2_OFFICIAL_90 = Source("table2/full90/headline.json", table2_headline("official"))
 T3_PROXY = Source("table3/runs.jsonl", table3_runs)
 #: the selection grids' stores (paper protocol, float32 tail), per direction: what the decision table reads
-T3_GRID_PATHS = {d: f"table3/powered/grid/{d}/paper_f32/runs.jsonl" for d in ("fmnist_vs_mnist", "mnist_vs_fmnist")}
+T3_GRID_PATHS = {(d, p): f"table3/powered/grid/{d}/{p}_f32/runs.jsonl"
+                 for d in ("fmnist_vs_mnist", "mnist_vs_fmnist") for p in ("paper", "official")}
 
 
 def powered_records(path: Path) -> list[dict]:

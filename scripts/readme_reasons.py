@@ -18,12 +18,12 @@ from findings_sources import (  # a sibling: scripts/ is on the path (readme_fin
 )
 
 
-def table3_powered_reason(method: str, direction: str) -> str:
+def table3_powered_reason(method: str, direction: str, protocol: str = "paper") -> str:
     """The README's "why they differ" cell of a selection grid's row, from the decision table: the verdict, the
     seeds and setting, the controls' group RIR, and the D_P accuracy lost."""
     from kappalab.reproduce.table3.decision import decide
 
-    rows = {row.method: row for row in decide(stored(REPRO / T3_GRID_PATHS[direction]))}
+    rows = {row.method: row for row in decide(stored(REPRO / T3_GRID_PATHS[direction, protocol]))}
     row, oracle, null = rows[method], rows["oracle"], rows["task_only"]
     return (f"{row.verdict}, by the report's decision rule; {row.n} seed(s) at lr, lambda multiple {row.setting}; "
             f"the oracle control reads {oracle.rir['groups']:.3g} with {oracle.accuracy_drop:.1f} points of D_P "

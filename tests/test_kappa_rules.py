@@ -68,8 +68,9 @@ def test_kappa_of_features_errors_name_F(to) -> None:
         K.kappa_of_features(to(NAN_2x2))
     with pytest.raises(ValueError, match=r"^F must be a 2-D matrix"):
         K.kappa_of_features(to(np.ones(3)))
-    with pytest.raises(ValueError, match=r"^F has rank zero \(it is the zero matrix\)"):
+    with pytest.raises(ValueError, match=r"^F has rank zero \(it is the zero matrix\)") as raised:
         K.kappa_of_features(to(np.zeros((2, 3))))
+    assert isinstance(raised.value, kl.RankZeroError)  # a ValueError a caller can catch apart from the others
 
 
 def test_kappa_of_features_unchecked() -> None:

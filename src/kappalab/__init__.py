@@ -8,7 +8,8 @@ default, differentiable where it says so). Notation and tolerances: :mod:`kappal
 
 from .bounds import step_bound_ill, step_bound_theta_ill, step_bound_theta_well, step_bound_well
 from .eq10 import eq10_singular_values
-from .errors import DegenerateSpectrumError, DegenerateSpectrumWarning, KappalabError, UndefinedRegularizerError
+from .errors import (DegenerateSpectrumError, DegenerateSpectrumWarning, KappalabError, RankZeroError,
+                     UndefinedRegularizerError)
 from .extremes import BatchedExtremes, batched_extremes
 from .linear import grad_theta_r_ill, grad_theta_r_well, hessian, preconditioned_step
 from .kappa import condition_number
@@ -24,4 +25,5 @@ __all__ = [
     "step_bound_well", "step_bound_ill", "step_bound_theta_well", "step_bound_theta_ill",
     "eq10_singular_values", "batched_extremes", "BatchedExtremes", "rir", "RIRResult", "Extremes", "psd_extremes", "svd_extremes",
     "KappalabError", "DegenerateSpectrumError", "DegenerateSpectrumWarning", "UndefinedRegularizerError",
+    "RankZeroError",
 ]

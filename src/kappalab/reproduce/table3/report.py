@@ -1,7 +1,8 @@
 """``kappalab reproduce table3``: the report of a call, from the run records alone (:func:`report`).
 
 Every mode's records (one schema: :mod:`.run`, :mod:`.real`) give the decision table (:mod:`.decision`), the
-estimators' table (:func:`estimator_table`) and the estimators along training (:func:`checkpoint_table`): the real
+estimators' table (:func:`estimator_table`; a selection grid's methods at the settings the decision table reads,
+:func:`~.grid.selected`) and the estimators along training of every run (:func:`checkpoint_table`): the real
 network's in ``table_<name>_<protocol>.md``; the proxy's and the paper's networks' in ``table<suffix>.md``, with
 Figure 3 (:func:`figure3`). A store recorded before that schema (its records hold ``rir``) is read by
 :func:`aggregate`, the table it was published with."""
@@ -21,6 +22,7 @@ from ...estimators import ESTIMATOR_NAMES
 from ...results import format_mean_std, mean_std
 from .constants import LAMBDA_OF
 from .decision import decision_table
+from .grid import selected
 from .plan import Plan
 
 
@@ -215,7 +217,8 @@ def report(plan: Plan, records: list[dict[str, Any]]) -> int:
     if any("rir" in r for r in records):  # a store recorded before the one record schema
         print(aggregate(records, out, plan.title, suffix))
         return 0
-    table = (decision_table({plan.title.replace("\n", "; "): records}) + "\n" + estimator_table(records, plan.title)
+    read, _ = selected(records)  # a grid's: each method at the setting the decision table reads, not all mixed
+    table = (decision_table({plan.title.replace("\n", "; "): records}) + "\n" + estimator_table(read, plan.title)
              + "\nAlong training:\n\n" + checkpoint_table(records))
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / (f"table_{cfg.name}_{cfg.protocol}.md" if plan.real else f"table{suffix}.md"), table)

@@ -109,13 +109,15 @@ def test_the_table3_scope_refuses_a_missing_store_in_one_line(tmp_path: Path, ca
 
 @pytest.mark.parametrize("attackers, says", [("bogus", "unknown bogus"), ("gd,finetune", "need")])
 def test_the_table3_scope_refuses_bad_attackers_in_one_line(attackers: str, says: str, tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture) -> None:
-    """An unknown attacker; and, where timm or peft is missing (the main environment), the attackers that change
-    the deep extractor: one line naming --attackers, status 2, nothing written."""
+                                                            capsys: pytest.CaptureFixture,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unknown attacker; and, where timm or peft is missing (the main environment; hidden here in the deep one),
+    the attackers that change the deep extractor: one line naming --attackers, status 2, nothing written."""
     import importlib.util
 
-    if says == "need" and all(importlib.util.find_spec(m) for m in ("timm", "peft")):
-        pytest.skip("timm and peft are installed here: the deep environment runs these attackers")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("timm", "peft") else find_spec(name, *a))
     from kappalab.attack.table3 import main
 
     store = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "table3" / "powered" / "grid" / \

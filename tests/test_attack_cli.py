@@ -170,6 +170,27 @@ def test_table2_scope_pairs_are_ours_extremes_by_official_rir() -> None:
     assert {"7-9", "1-0"} <= set(pairs)  # the committed sample's two pairs: the lowest and the highest
 
 
+def test_table2_scope_regenerates_with_the_route_of_every_committed_run() -> None:
+    """The config the scope regenerates a (protocol, method) with has the ``spectral_route`` of every run the
+    table's stores hold of it (Alg. 1's Ours and R_ill Only: closed form; its IMMA and Opt kappa: dense)."""
+    import json
+
+    from kappalab.attack.table2 import RUN_STORES, STORES, TABLE_SETTINGS
+    from kappalab.reproduce.table2.data import table2_config
+
+    routes: dict[tuple[str, str], set[str]] = {}
+    for protocol, stores in RUN_STORES.items():
+        for store in stores:
+            for line in (Path(__file__).resolve().parents[1] / STORES / store).open():
+                r = json.loads(line)
+                routes.setdefault((protocol, r["key"].split(".")[1]), set()).add(
+                    r["identity"]["config"]["extra"]["spectral_route"])
+    assert len(routes) == 8  # both protocols x the four methods
+    for (protocol, method), seen in routes.items():
+        cfg = table2_config(protocol, method, TABLE_SETTINGS.get((protocol, method), {}))
+        assert seen == {cfg.extra.spectral_route}, (protocol, method, seen)
+
+
 def _stored(path: Path, groups: dict[tuple[int, str], list[str]]) -> None:
     """A table2 store holding, per (seed, pair), the four methods and three references x the given attackers."""
     import json

@@ -6,6 +6,7 @@ import dataclasses
 import errno
 import json
 import os
+import platform
 import subprocess
 import sys
 import warnings
@@ -152,6 +153,24 @@ def test_provenance_fields() -> None:
     commit = record["git"]["commit"]
     assert commit == "unknown" or len(commit) == 40
     assert ("torch" in sys.modules) == torch_loaded_before
+
+
+def test_provenance_names_the_blas_kernel_a_run_rounded_with() -> None:
+    """Two OpenBLAS kernels forced in turn (both run on any x86-64 CPU with SSE4.2) are recorded as two different
+    ``architecture`` values (OpenBLAS' own names: it may report a kernel by its family's), and the CPU's model
+    on Linux: a run's rounding depends on both."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("OPENBLAS_CORETYPE names x86-64 kernels")
+    code = ("import json, numpy; from kappalab.provenance import provenance; p = provenance(0, {}); "
+            "print(json.dumps([p['machine']['cpu_model'], p['linear_algebra']['threadpools']]))")
+    seen = []
+    for core in ("Prescott", "Nehalem"):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "OPENBLAS_CORETYPE": core},
+                             capture_output=True, text=True, check=True).stdout
+        model, pools = json.loads(out)
+        seen.append([p["architecture"] for p in pools if p["internal_api"] == "openblas"][:1])
+        assert (model is not None) == (sys.platform == "linux"), model
+    assert seen[1] == ["Nehalem"] and seen[0] and seen[0][0] and seen[0] != seen[1], seen
 
 
 def test_provenance_outside_git(monkeypatch: pytest.MonkeyPatch) -> None:

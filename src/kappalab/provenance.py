@@ -66,7 +66,9 @@ def versions() -> dict[str, str | None]:
 
 
 def linear_algebra() -> dict[str, Any]:
-    """numpy's BLAS/LAPACK build and the thread pools loaded now (threadpoolctl)."""
+    """numpy's BLAS/LAPACK build and the thread pools loaded now (threadpoolctl), each with the kernel it picked
+    for this CPU (``architecture``, e.g. OpenBLAS' "Haswell" or "SkylakeX"): the same code and data round
+    differently under another kernel, which a rounding-sensitive run (Table 2's Opt kappa) shows."""
     from threadpoolctl import threadpool_info
 
     info: dict[str, Any] = {}
@@ -77,7 +79,8 @@ def linear_algebra() -> dict[str, Any]:
     except (TypeError, KeyError):
         info["numpy_blas"] = info["numpy_lapack"] = UNKNOWN
     info["threadpools"] = [
-        {k: pool.get(k) for k in ("user_api", "internal_api", "version", "num_threads", "threading_layer")}
+        {k: pool.get(k) for k in ("user_api", "internal_api", "version", "num_threads", "threading_layer",
+                                      "architecture")}
         for pool in threadpool_info()
     ]
     torch = sys.modules.get("torch")
@@ -86,10 +89,20 @@ def linear_algebra() -> dict[str, Any]:
     return info
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux' /proc/cpuinfo), or None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        return None
+
+
 def machine() -> dict[str, Any]:
     """Platform and CPU description without hostname."""
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return {
+        "cpu_model": cpu_model(),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "python_implementation": platform.python_implementation(),

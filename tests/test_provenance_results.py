@@ -157,17 +157,19 @@ def test_provenance_fields() -> None:
 
 def test_provenance_names_the_blas_kernel_a_run_rounded_with() -> None:
     """Two OpenBLAS kernels forced in turn (both run on any x86-64 CPU with SSE4.2) are recorded as two different
-    ``architecture`` values (OpenBLAS' own names: it may report a kernel by its family's), and the CPU's model
-    on Linux: a run's rounding depends on both."""
+    ``architecture`` values (OpenBLAS' own names: it may report a kernel by its family's), torch's vector kernels
+    forced to the generic ones as such, and the CPU's model on Linux: a run's rounding depends on all three."""
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("OPENBLAS_CORETYPE names x86-64 kernels")
-    code = ("import json, numpy; from kappalab.provenance import provenance; p = provenance(0, {}); "
-            "print(json.dumps([p['machine']['cpu_model'], p['linear_algebra']['threadpools']]))")
+    code = ("import json, numpy, torch; from kappalab.provenance import provenance; p = provenance(0, {}); "
+            "print(json.dumps([p['machine']['cpu_model'], p['linear_algebra']]))")
     seen = []
     for core in ("Prescott", "Nehalem"):
-        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "OPENBLAS_CORETYPE": core},
-                             capture_output=True, text=True, check=True).stdout
-        model, pools = json.loads(out)
+        env = {**os.environ, "OPENBLAS_CORETYPE": core, "ATEN_CPU_CAPABILITY": "default"}
+        model, la = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                              check=True).stdout)
+        pools = la["threadpools"]
+        assert la["torch_cpu_capability"] == "DEFAULT", la
         seen.append([p["architecture"] for p in pools if p["internal_api"] == "openblas"][:1])
         assert (model is not None) == (sys.platform == "linux"), model
     assert seen[1] == ["Nehalem"] and seen[0] and seen[0][0] and seen[0] != seen[1], seen

@@ -86,6 +86,7 @@ def linear_algebra() -> dict[str, Any]:
     torch = sys.modules.get("torch")
     if torch is not None:
         info["torch_num_threads"] = torch.get_num_threads()
+        info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # its vector kernels: AVX2, ...
     return info
 
 

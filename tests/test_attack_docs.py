@@ -63,22 +63,33 @@ def test_the_matrices_of_attacks_md_are_the_stored_curves() -> None:
         assert checked == len(medians), (table, reference, checked, len(medians))
 
 
-#: table -> (the immunized methods its records hold, how many attackers); Table 2 is a partial sample (two pairs,
-#: one seed) and Table 3 the real network's pilot (the two methods that had finished, the six probe attackers):
-#: docs/attacks.md says why
+#: store (``docs/attacks/<store>.jsonl``: the table, and its protocol where the table has a store per protocol) ->
+#: (the immunized methods its records hold, how many attackers); Table 3's paper-protocol store holds the real
+#: network's six probe attackers and two that change the extractor, its official one the six probe attackers
+#: (docs/attacks.md says on which runs)
 SCOPE = {"table1": ({"rill_only", "imma", "opt_kappa", "ours"}, 10),
-         "table2": ({"rill_only", "imma", "opt_kappa", "ours"}, 10),
+         "table2_official": ({"rill_only", "imma", "opt_kappa", "ours"}, 10),
          "table3": ({"ours", "rill_only", "imma", "opt_kappa"}, 8)}
 
 
-@pytest.mark.parametrize("table", sorted(SCOPE))
-def test_every_record_names_its_table_method_attacker_seed_and_provenance(table: str) -> None:
-    records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{table}.jsonl").read_text().splitlines() if x]
+def _protocol(record: dict) -> str | None:
+    """The protocol of the run a record attacked: Table 2's records name it, Table 3's run keys hold it
+    (``<task>/<protocol>/seed<k>/<method>.<hash>``); None for a reference."""
+    if "protocol" in record:
+        return record["protocol"]
+    return record["run_key"].split("/")[1] if record["run_key"] else None
+
+
+@pytest.mark.parametrize("store", sorted(SCOPE))
+def test_every_record_names_its_table_method_attacker_seed_and_provenance(store: str) -> None:
+    records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{store}.jsonl").read_text().splitlines() if x]
     attackers = {r["attacker"] for r in records}
     methods = {r["method"] for r in records if r["role"] == "immunized"}
-    assert (methods, len(attackers)) == SCOPE[table]
+    assert (methods, len(attackers)) == SCOPE[store]
+    table, _, protocol = store.partition("_")
     for r in records:
         assert r["table"] == table and {"seed", "pair", "provenance"} <= set(r)
+        assert not protocol or _protocol(r) in (protocol, None)
         assert r["provenance"]["git"]["commit"] and r["provenance"]["seed"] == r["seed"]
 
 
@@ -93,19 +104,24 @@ def test_the_matrices_with_their_intervals_are_up_to_date() -> None:
 PROBE_ATTACKERS = ("gd", "gd_tuned", "momentum", "adam", "lbfgs", "solve")
 
 
-@pytest.mark.parametrize("table", ["table1", "table2", "table3"])
-def test_no_stored_probe_attack_has_a_slack_near_its_loss(table: str) -> None:
+#: store -> (the largest probe-attacker slack relative to its curve's lowest loss, the largest of an iterative
+#: attacker's), the bounds docs/attacks.md states ("Reach and slowdown")
+SLACK = {"table1": (1e-9, 1e-9), "table2_official": (2e-3, 1e-6),
+         "table3": (1e-5, 1e-9)}
+
+
+@pytest.mark.parametrize("store", sorted(SCOPE))
+def test_no_stored_probe_attack_has_a_slack_near_its_loss(store: str) -> None:
     """A run's slack is its last iterate's bound, applied to its whole curve (docs/attacks.md, "Reach and
     slowdown"): a W that grew late would loosen the reach test early. docs/attacks.md states the largest committed
-    probe-attacker slack relative to its curve's lowest loss: 1e-9 for Table 1, 1e-5 for Table 3 and 1e-4 for the
-    Table 2 sample (each table's largest is `solve`'s, whose minimum-norm W is the largest); the iterative attackers'
-    at most 1e-9, 5e-8 and 1e-9: the bounds checked here."""
-    records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{table}.jsonl").read_text().splitlines() if x]
-    curves = np.load(ROOT / "docs" / "attacks" / f"{table}_curves.npz")
+    probe-attacker slack relative to its curve's lowest loss, and the iterative attackers' (:data:`SLACK`; each
+    store's largest is `solve`'s, whose minimum-norm W is the largest and which reaches at step 1 whatever the
+    slack): the bounds checked here."""
+    records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{store}.jsonl").read_text().splitlines() if x]
+    curves = np.load(ROOT / "docs" / "attacks" / f"{store}_curves.npz")
     probes = [r for r in records if r["attacker"] in PROBE_ATTACKERS]
     assert probes
     ratio = {r["curve"]: r["slack"] / np.nanmin(curves[r["curve"]]) for r in probes}
     worst = max(ratio.values())
     iterative = max(ratio[r["curve"]] for r in probes if r["attacker"] != "solve")
-    assert worst <= {"table1": 1e-9, "table2": 1e-4, "table3": 1e-5}[table], (table, worst)
-    assert iterative <= {"table1": 1e-9, "table2": 5e-8, "table3": 1e-9}[table], (table, iterative)
+    assert worst <= SLACK[store][0] and iterative <= SLACK[store][1], (store, worst, iterative)

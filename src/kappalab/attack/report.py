@@ -9,7 +9,8 @@ immunized runs pairs each run's recorded RIR with its (capped) slowdown. The D_P
 per method and extractor attacker, the fraction of D_P's utility kept at the largest budget
 (:mod:`kappalab.attack.utility`), median [min, max] over runs, n, and how many runs it calls broken.
 
-Usage: ``python -m kappalab.attack.report docs/attacks/table1`` (prints the markdown, writes the figure beside);
+Usage: ``python -m kappalab.attack.report docs/attacks/table1 [--figures a-b,...]`` (prints the markdown, writes
+the figure of each pair beside, or of the pairs named);
 ``python -m kappalab.attack.report --refresh docs/attacks.md`` rewrites the page's matrix blocks from
 ``docs/attacks/<table>.jsonl``.
 """
@@ -209,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     stem = Path(args[0])
     records, curves = load(stem)
     print(markdown(records))
-    for pair in dict.fromkeys(r["pair"] for r in records):
+    pairs = list(dict.fromkeys(r["pair"] for r in records))
+    if args[1:2] == ["--figures"]:  # --figures a-b,...: only these pairs' figures (a store of many pairs)
+        pairs = [pair for pair in args[2].split(",") if pair in pairs]
+    for pair in pairs:
         seed = min(r["seed"] for r in records if r["pair"] == pair)  # the first seed the store holds
         figure(records, curves, Path(f"{stem}_figure{'' if pair is None else '_' + pair}.png"), seed, pair)
     return 0

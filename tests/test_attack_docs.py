@@ -126,3 +126,16 @@ def test_no_stored_probe_attack_has_a_slack_near_its_loss(store: str) -> None:
     worst = max(ratio.values())
     iterative = max(ratio[r["curve"]] for r in probes if r["attacker"] != "solve")
     assert worst <= SLACK[store][0] and iterative <= SLACK[store][1], (store, worst, iterative)
+
+
+def test_the_report_refuses_a_figure_of_a_pair_its_store_lacks(capsys: pytest.CaptureFixture) -> None:
+    """``--figures`` naming a pair the store does not hold: one line naming it and the pairs held, status 2,
+    nothing printed or drawn."""
+    from kappalab.attack.report import main
+
+    stem = ROOT / "docs" / "attacks" / "table3_official"
+    assert main([str(stem), "--figures", "fmnist_vs_mnist,7-9"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.strip().splitlines() == [
+        f"--figures: 7-9 is not a pair of {stem}.jsonl; it holds fmnist_vs_mnist, mnist_vs_fmnist"]
+    assert not (stem.parent / "table3_official_figure_7-9.png").exists()

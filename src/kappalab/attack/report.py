@@ -209,10 +209,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     stem = Path(args[0])
     records, curves = load(stem)
-    print(markdown(records))
     pairs = list(dict.fromkeys(r["pair"] for r in records))
     if args[1:2] == ["--figures"]:  # --figures a-b,...: only these pairs' figures (a store of many pairs)
-        pairs = [pair for pair in args[2].split(",") if pair in pairs]
+        named = args[2].split(",") if len(args) > 2 else []
+        unknown = [pair for pair in named if pair not in pairs] or ([] if named else ["nothing"])
+        if unknown:
+            print(f"--figures: {unknown[0]} is not a pair of {stem}.jsonl; it holds {', '.join(map(str, pairs))}",
+                  file=sys.stderr)
+            return 2
+        pairs = named
+    print(markdown(records))
     for pair in pairs:
         seed = min(r["seed"] for r in records if r["pair"] == pair)  # the first seed the store holds
         figure(records, curves, Path(f"{stem}_figure{'' if pair is None else '_' + pair}.png"), seed, pair)

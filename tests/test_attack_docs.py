@@ -69,6 +69,7 @@ def test_the_matrices_of_attacks_md_are_the_stored_curves() -> None:
 #: (docs/attacks.md says on which runs)
 SCOPE = {"table1": ({"rill_only", "imma", "opt_kappa", "ours"}, 10),
          "table2_official": ({"rill_only", "imma", "opt_kappa", "ours"}, 10),
+         "table2_paper": ({"rill_only", "imma", "opt_kappa", "ours"}, 10),
          "table3": ({"ours", "rill_only", "imma", "opt_kappa"}, 8),
          "table3_official": ({"ours", "rill_only", "imma", "opt_kappa"}, 6)}
 
@@ -107,7 +108,7 @@ PROBE_ATTACKERS = ("gd", "gd_tuned", "momentum", "adam", "lbfgs", "solve")
 
 #: store -> (the largest probe-attacker slack relative to its curve's lowest loss, the largest of an iterative
 #: attacker's), the bounds docs/attacks.md states ("Reach and slowdown")
-SLACK = {"table1": (1e-9, 1e-9), "table2_official": (2e-3, 1e-6),
+SLACK = {"table1": (1e-9, 1e-9), "table2_official": (2e-3, 1e-6), "table2_paper": (2e-3, 1e-6),
          "table3": (1e-5, 1e-9), "table3_official": (1e-5, 1e-9)}
 
 

@@ -155,24 +155,28 @@ def test_provenance_fields() -> None:
     assert ("torch" in sys.modules) == torch_loaded_before
 
 
-def test_provenance_names_the_blas_kernel_a_run_rounded_with() -> None:
-    """Two OpenBLAS kernels forced in turn (both run on any x86-64 CPU with SSE4.2) are recorded as two different
-    ``architecture`` values (OpenBLAS' own names: it may report a kernel by its family's), torch's vector kernels
-    forced to the generic ones as such, and the CPU's model on Linux: a run's rounding depends on all three."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("OPENBLAS_CORETYPE names x86-64 kernels")
+def _forced_provenance(env: dict[str, str]) -> tuple[str | None, dict]:
+    """(cpu_model, linear_algebra) of a provenance record made in a subprocess with torch loaded, under ``env``."""
     code = ("import json, numpy, torch; from kappalab.provenance import provenance; p = provenance(0, {}); "
             "print(json.dumps([p['machine']['cpu_model'], p['linear_algebra']]))")
-    seen = []
-    for core in ("Prescott", "Nehalem"):
-        env = {**os.environ, "OPENBLAS_CORETYPE": core, "ATEN_CPU_CAPABILITY": "default"}
-        model, la = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                                              check=True).stdout)
-        pools = la["threadpools"]
-        assert la["torch_cpu_capability"] == "DEFAULT", la
-        seen.append([p["architecture"] for p in pools if p["internal_api"] == "openblas"][:1])
-        assert (model is not None) == (sys.platform == "linux"), model
-    assert seen[1] == ["Nehalem"] and seen[0] and seen[0][0] and seen[0] != seen[1], seen
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                         check=True).stdout
+    model, la = json.loads(out)
+    return model, la
+
+
+def test_provenance_names_the_kernels_a_run_rounded_with() -> None:
+    """torch's vector kernels forced to the generic ones are recorded as such, and so is the CPU's model on Linux;
+    on x86-64, two OpenBLAS kernels forced in turn (both run on any CPU with SSE4.2) are recorded as two different
+    ``architecture`` values (OpenBLAS' own names: it may report a kernel by its family's). A run's rounding
+    depends on all three."""
+    model, la = _forced_provenance({"ATEN_CPU_CAPABILITY": "default"})
+    assert la["torch_cpu_capability"] == "DEFAULT", la
+    assert (model is not None) == (sys.platform == "linux"), model
+    if platform.machine() in ("x86_64", "AMD64"):  # OPENBLAS_CORETYPE's names are per architecture
+        seen = [[p["architecture"] for p in _forced_provenance({"OPENBLAS_CORETYPE": core})[1]["threadpools"]
+                 if p["internal_api"] == "openblas"][:1] for core in ("Prescott", "Nehalem")]
+        assert seen[1] == ["Nehalem"] and seen[0] and seen[0][0] and seen[0] != seen[1], seen
 
 
 def test_provenance_outside_git(monkeypatch: pytest.MonkeyPatch) -> None:

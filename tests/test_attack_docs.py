@@ -25,9 +25,15 @@ def _tables(text: str) -> dict[tuple[str, str], list[str]]:
     return out
 
 
+def _store(stem: str) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """The records of ``docs/attacks/<stem>.jsonl`` and its curves, read with json and NumPy alone."""
+    records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{stem}.jsonl").read_text().splitlines() if x]
+    with np.load(ROOT / "docs" / "attacks" / f"{stem}_curves.npz") as z:
+        return records, {k: z[k] for k in z.files}
+
+
 def _recompute(table: str, reference: str) -> dict[tuple[str, str], float]:
-    records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{table}.jsonl").read_text().splitlines() if x]
-    curves = np.load(ROOT / "docs" / "attacks" / f"{table}_curves.npz")
+    records, curves = _store(table)
     by_key = {(r["method"], r["attacker"], r["seed"], r["pair"]): r for r in records}
     values: dict[tuple[str, str], list[float]] = {}
     for r in records:
@@ -84,7 +90,7 @@ def _protocol(record: dict) -> str | None:
 
 @pytest.mark.parametrize("store", sorted(SCOPE))
 def test_every_record_names_its_table_method_attacker_seed_and_provenance(store: str) -> None:
-    records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{store}.jsonl").read_text().splitlines() if x]
+    records, _ = _store(store)
     attackers = {r["attacker"] for r in records}
     methods = {r["method"] for r in records if r["role"] == "immunized"}
     assert (methods, len(attackers)) == SCOPE[store]
@@ -119,8 +125,7 @@ def test_no_stored_probe_attack_has_a_slack_near_its_loss(store: str) -> None:
     probe-attacker slack relative to its curve's lowest loss, and the iterative attackers' (:data:`SLACK`; each
     store's largest is `solve`'s, whose minimum-norm W is the largest and which reaches at step 1 whatever the
     slack): the bounds checked here."""
-    records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{store}.jsonl").read_text().splitlines() if x]
-    curves = np.load(ROOT / "docs" / "attacks" / f"{store}_curves.npz")
+    records, curves = _store(store)
     probes = [r for r in records if r["attacker"] in PROBE_ATTACKERS]
     assert probes
     ratio = {r["curve"]: r["slack"] / np.nanmin(curves[r["curve"]]) for r in probes}

@@ -143,5 +143,7 @@ def test_the_report_refuses_a_figure_of_a_pair_its_store_lacks(capsys: pytest.Ca
     assert main([str(stem), "--figures", "fmnist_vs_mnist,7-9"]) == 2
     out, err = capsys.readouterr()
     assert not out and err.strip().splitlines() == [
-        f"--figures: 7-9 is not a pair of {stem}.jsonl; it holds fmnist_vs_mnist, mnist_vs_fmnist"]
+        f"--figures: 7-9 is not a pair of {stem}.jsonl; {stem}.jsonl holds fmnist_vs_mnist, mnist_vs_fmnist"]
+    assert main([str(stem), "--figures"]) == 2
+    assert capsys.readouterr().err.startswith("--figures: give the pairs, e.g. 7-9,1-0;")
     assert not (stem.parent / "table3_official_figure_7-9.png").exists()

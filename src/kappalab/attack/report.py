@@ -212,10 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     pairs = list(dict.fromkeys(r["pair"] for r in records))
     if args[1:2] == ["--figures"]:  # --figures a-b,...: only these pairs' figures (a store of many pairs)
         named = args[2].split(",") if len(args) > 2 else []
-        unknown = [pair for pair in named if pair not in pairs] or ([] if named else ["nothing"])
-        if unknown:
-            print(f"--figures: {unknown[0]} is not a pair of {stem}.jsonl; it holds {', '.join(map(str, pairs))}",
-                  file=sys.stderr)
+        unknown = [pair for pair in named if pair not in pairs]
+        if unknown or not named:
+            what = f"{unknown[0]} is not a pair of {stem}.jsonl" if unknown else "give the pairs, e.g. 7-9,1-0"
+            print(f"--figures: {what}; {stem}.jsonl holds {', '.join(map(str, pairs))}", file=sys.stderr)
             return 2
         pairs = named
     print(markdown(records))

@@ -4,18 +4,20 @@ A *group* is one seed (and pair) of a table: the harmful task's rows ``X_H, y_H`
 (:func:`kappalab.attack.problem.split_rows`), the immunized extractors of the four methods made with that seed, and
 three references on the same rows: ``direct`` (theta = I, Eq. 15's reference and Table 1's), ``init`` (the run's
 initial theta, what the immunization started from) and ``random`` (an independent Gaussian extractor, entries
-``N(0, 1/D)``, a null control). Each attacker runs ``reach_factor x max(SLOWDOWN_BUDGETS)`` = 10 x 100 steps on
-each model; the slowdown of every model against each reference is taken at :data:`SLOWDOWN_BUDGETS` (1, 10, 100),
-the losses at 1, 10, 100 and 1000 steps. A budget-1000 slowdown needs 10,000 steps per run: not run here (cost, see
-docs/attacks.md).
+``N(0, 1/D)``, a null control). Each attacker runs ``reach_factor x`` the largest slowdown budget steps on each
+model (by default :data:`SLOWDOWN_BUDGETS`, 1, 10, 100: 10 x 100 steps); the slowdown of every model against each
+reference is taken at each slowdown budget, the losses at 1, 10, 100 and 1000 steps. A budget-1000 slowdown
+(``budgets`` 1, 10, 100, 1000) takes 10,000 steps per run: run for Table 1 only (cost, see docs/attacks.md).
 
 Output (:func:`write`): ``<table>.jsonl``, one record per model x attacker (``table``, ``method``, ``attacker``,
-``seed``, ``pair``, provenance), and ``<table>_curves.npz``, each run's training-loss curve (steps 0..1000) under
-``<model id>|<attacker>``, from which the slowdowns are recomputed (tests/test_attack_docs.py).
+``seed``, ``pair``, provenance), and ``<table>_curves.npz``, each run's training-loss curve (steps 0 to 10 x the
+largest slowdown budget) under ``<model id>|<attacker>``, from which the slowdowns are recomputed
+(tests/test_attack_docs.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -34,8 +36,21 @@ from .problem import Split
 from .registry import Model, registry, settings
 from .utility import DeepDPProbe, DPProbe
 
-#: the budgets the slowdowns are taken at; the runs are reach_factor x the largest long
+#: the budgets the slowdowns are taken at by default; the runs are reach_factor x the largest long
 SLOWDOWN_BUDGETS = (1, 10, 100)
+
+
+def slowdown_budgets(text: str) -> tuple[int, ...]:
+    """An argparse type: comma-separated budgets of the config's (``attack_grid.json``'s ``budgets``), e.g.
+    ``1,10,100,1000``; each run is then ``reach_factor`` x the largest long."""
+    allowed = settings().budgets
+    try:
+        values = tuple(sorted({int(x) for x in text.split(",")}))
+    except ValueError:
+        values = ()
+    if not values or not set(values) <= set(allowed):
+        raise argparse.ArgumentTypeError(f"expected budgets among {','.join(map(str, allowed))}, got {text!r}")
+    return values
 REFERENCES = ("direct", "init", "random")
 
 
@@ -98,10 +113,11 @@ def random_extractor(dim: int, seed: int) -> np.ndarray:
 
 
 def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None] = print,
-              ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """Every attacker on every model of the group; records (without provenance) and curves."""
+              budgets: Sequence[int] = SLOWDOWN_BUDGETS) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """Every attacker on every model of the group, ``reach_factor x max(budgets)`` steps each; records (without
+    provenance, the slowdowns at ``budgets``) and curves."""
     cfg, known = settings(), registry()
-    steps = cfg.reach_factor * max(SLOWDOWN_BUDGETS)
+    steps = cfg.reach_factor * max(budgets)
     inputs = Split.of(group.X, group.y, group.seed)
     trunk = None if group.trunk is None else Split.of(group.trunk, group.y, group.seed)
     changes = any(known[name].changes_extractor for name in attackers)
@@ -147,17 +163,18 @@ def run_group(group: Group, attackers: Sequence[str], log: Callable[[str], None]
                 "slack": run.slack, "steps": run.steps, "curve": key, "curve_every": run.curve_every,
                 "dp_utility": None if run.dp is None else run.dp.as_dict(),
                 "slowdown": {ref: {str(b): slowdown(run.curve, runs[ref].curve, b, run.slack + runs[ref].slack,
-                                                    cfg.reach_factor).as_dict() for b in SLOWDOWN_BUDGETS}
+                                                    cfg.reach_factor).as_dict() for b in budgets}
                              for ref in refs},
             })
     return records, curves
 
 
-def run_groups(groups: Sequence[Group], attackers: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+def run_groups(groups: Sequence[Group], attackers: Sequence[str], budgets: Sequence[int] = SLOWDOWN_BUDGETS,
+               ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """:func:`run_group` on each group, logging to stdout; all records and curves."""
     records, curves = [], {}
     for group in groups:
-        recs, cs = run_group(group, attackers, log=lambda line: print(line, flush=True))
+        recs, cs = run_group(group, attackers, log=lambda line: print(line, flush=True), budgets=budgets)
         records += recs
         curves.update(cs)
     return records, curves

@@ -7,24 +7,25 @@ D_P's utility under the extractor attackers reads the task's D_P rows (:mod:`.ut
 the largest entrywise difference from the committed
 ``docs/reproduction/table1/paper/theta_<method>_seed<s>.npy`` (0 when the regeneration is bit-identical).
 
-Usage: ``python -m kappalab.attack.table1 --store STORE --out docs/attacks [--seeds 0 1 ...] [--attackers a,b]``.
+Usage: ``python -m kappalab.attack.table1 --store STORE --out docs/attacks [--seeds 0 1 ...] [--attackers a,b]
+[--slowdown-budgets 1,10,100,1000]`` (the slowdowns' budgets; each run is 10 x the largest long).
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
 import numpy as np
 
+from kappalab.cli_options import Parser
 from kappalab.provenance import git_state
 from kappalab.reproduce.table1.constants import ORDER
 from kappalab.reproduce.table1.run import config_of, task_of
 from kappalab.results import RunStore
 
 from .registry import registry
-from .scope import Group, ModelSpec, finish, random_extractor, run_groups
+from .scope import SLOWDOWN_BUDGETS, Group, ModelSpec, finish, random_extractor, run_groups, slowdown_budgets
 
 COMMITTED = Path("docs/reproduction/table1/paper")
 
@@ -65,23 +66,27 @@ def committed_difference(method: str, seed: int, theta: np.ndarray) -> float | N
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kappalab.attack.table1", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="python -m kappalab.attack.table1", description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", type=Path, required=True, help="the --out of kappalab reproduce table1 --protocol paper")
     ap.add_argument("--out", type=Path, default=Path("docs/attacks"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--attackers", default=",".join(registry()))
+    ap.add_argument("--slowdown-budgets", type=slowdown_budgets, default=SLOWDOWN_BUDGETS, metavar="B,B,...",
+                    help="the budgets the slowdowns are taken at (default 1,10,100); each run is 10 x the largest "
+                         "long, so 1,10,100,1000 takes 10,000 steps a run")
     args = ap.parse_args(argv)
     git = git_state()  # the code this run imported (scope.write)
     attackers = tuple(args.attackers.split(","))
     start = time.perf_counter()
     found, label = groups(args.store, tuple(args.seeds))
-    records, curves = run_groups(found, attackers)
+    records, curves = run_groups(found, attackers, args.slowdown_budgets)
     thetas = {(s.method, g.seed): s.theta for g in found for s in g.models if s.role == "immunized"}
     for r in records:
         theta = thetas.get((r["method"], r["seed"]))
         r["committed_theta_max_abs_diff"] = None if theta is None else committed_difference(r["method"], r["seed"],
                                                                                             theta)
-    config = {"attackers": list(attackers), "seeds": args.seeds, "config": "kappalab/configs/attack_grid.json",
+    config = {"attackers": list(attackers), "seeds": args.seeds, "slowdown_budgets": list(args.slowdown_budgets),
+              "config": "kappalab/configs/attack_grid.json",
               "store": str(args.store), "theta_I": "kappalab reproduce table1 --protocol paper"}
     return finish(args.out, "table1", records, curves, config, label, start, git=git)
 

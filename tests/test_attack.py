@@ -161,6 +161,26 @@ def test_scope_group_of_identical_extractors_has_slowdown_one() -> None:
     assert by[("direct", "gd")]["slowdown"] == {}  # a reference is not compared with itself
 
 
+def test_scope_budgets_set_the_run_length_and_the_slowdowns_taken() -> None:
+    """``budgets`` (1, 10): each run is 10 x 10 steps (curves of 101 points) and the slowdowns are taken at 1 and
+    10 only; the first 101 points of the default run (10 x 100 steps) are the same iterates (rtol 1e-12: one
+    computation twice, on one machine), so a slowdown at a budget both runs take is the same."""
+    from kappalab.attack.scope import Group, ModelSpec, run_group
+
+    X, Y = _features(80, 6, 1e3, 9)
+    theta = np.random.default_rng(9).standard_normal((6, 6))
+    group = Group("t", 0, None, X, Y[:, 0], (ModelSpec("ours", theta, "immunized", "key", 2.0),
+                                            ModelSpec("direct", np.eye(6), "reference")))
+    short, short_curves = run_group(group, ("gd", "adam"), log=lambda line: None, budgets=(1, 10))
+    long, long_curves = run_group(group, ("gd", "adam"), log=lambda line: None)
+    for r, q in zip(short, long):
+        assert short_curves[r["curve"]].size == 101 and long_curves[q["curve"]].size == 1001
+        np.testing.assert_allclose(short_curves[r["curve"]], long_curves[q["curve"]][:101], rtol=1e-12)
+        if r["method"] == "ours":
+            assert set(r["slowdown"]["direct"]) == {"1", "10"} and set(q["slowdown"]["direct"]) == {"1", "10", "100"}
+            assert r["slowdown"]["direct"]["10"]["steps"] == q["slowdown"]["direct"]["10"]["steps"]
+
+
 def test_scope_attacks_a_deep_model_from_its_features_alone() -> None:
     """A feature-only model (a deep extractor's D_H features, no theta) is attacked like a linear one: features
     with kappa 1e6 against a reference's of 4 (the same column space) slow gradient descent by more than 10x at

@@ -107,6 +107,20 @@ def test_the_table3_scope_refuses_a_missing_store_in_one_line(tmp_path: Path, ca
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("budgets", ["5", "1,x", "", "100,2000"])
+def test_the_table1_scope_refuses_budgets_outside_the_config_in_one_line(budgets: str, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """--slowdown-budgets takes only the config's budgets (1, 10, 100, 1000): anything else is one line naming the
+    argument and the budgets allowed, status 2, before any store is read or written."""
+    from kappalab.attack.table1 import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--store", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"), "--slowdown-budgets", budgets])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "--slowdown-budgets" in err[0], err
+    assert "1,10,100,1000" in err[0] and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("attackers, says", [("bogus", "unknown bogus"), ("gd,finetune", "need")])
 def test_the_table3_scope_refuses_bad_attackers_in_one_line(attackers: str, says: str, tmp_path: Path,
                                                             capsys: pytest.CaptureFixture,

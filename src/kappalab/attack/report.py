@@ -2,17 +2,18 @@
 the rank correlation of RIR with each attacker's slowdown, and the figure.
 
 Matrix cell: the slowdowns of the cell's runs (one per seed and pair) against the ``direct`` reference (theta = I,
-Table 1's RIR reference) at budget 100; a run that does not reach the target within 10 x 100 steps counts as 10, a
-lower bound (the cell then shows how many were not reached). The cell is the median over runs with a 95% percentile
-bootstrap interval of the median (:data:`N_BOOT` resamples of the runs, seed 0) and n. Spearman's rho over the
-immunized runs pairs each run's recorded RIR with its (capped) slowdown. The D_P utility table (:func:`dp_markdown`):
+Table 1's RIR reference) at budget 100 (or another budget the records hold); a run that does not reach the target
+within 10 x the budget steps counts as 10, a lower bound (the cell then shows how many were not reached). The
+cell is the median over runs with a 95% percentile bootstrap interval of the median (:data:`N_BOOT` resamples of the
+runs, seed 0) and n. Spearman's rho over the immunized runs pairs each run's recorded RIR with its (capped) slowdown
+at budget 100. The D_P utility table (:func:`dp_markdown`):
 per method and extractor attacker, the fraction of D_P's utility kept at the largest budget
 (:mod:`kappalab.attack.utility`), median [min, max] over runs, n, and how many runs it calls broken.
 
 Usage: ``python -m kappalab.attack.report docs/attacks/table1 [--figures a-b,...]`` (prints the markdown, writes
 the figure of each pair beside, or of the pairs named);
 ``python -m kappalab.attack.report --refresh docs/attacks.md`` rewrites the page's matrix blocks from
-``docs/attacks/<table>.jsonl``.
+``docs/attacks/<table>.jsonl`` (``<!-- matrix TABLE REFERENCE [BUDGET] -->``, budget 100 unless named).
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ def load(stem: Path) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     return records, curves
 
 
-def capped(record: dict[str, Any], reference: str = REFERENCE) -> tuple[float, bool]:
-    """The run's slowdown against ``reference`` at :data:`BUDGET` (not reached: the cap, the reach factor)."""
-    s = record["slowdown"][reference][BUDGET]
+def capped(record: dict[str, Any], reference: str = REFERENCE, budget: str = BUDGET) -> tuple[float, bool]:
+    """The run's slowdown against ``reference`` at ``budget`` (not reached: the cap, the reach factor)."""
+    s = record["slowdown"][reference][budget]
     return (s["slowdown"], True) if s["reached"] else (s["limit"] / s["budget"], False)
 
 
@@ -68,12 +69,13 @@ def cell(values: list[float], reached: list[bool]) -> Cell:
     return Cell(float(np.median(x)), float(low), float(high), x.size, reached.count(False))
 
 
-def matrix(records: list[dict[str, Any]], reference: str = REFERENCE) -> dict[tuple[str, str], Cell]:
+def matrix(records: list[dict[str, Any]], reference: str = REFERENCE, budget: str = BUDGET,
+           ) -> dict[tuple[str, str], Cell]:
     groups: dict[tuple[str, str], tuple[list[float], list[bool]]] = {}
     for r in records:
         if reference not in r["slowdown"]:
             continue
-        v, ok = capped(r, reference)
+        v, ok = capped(r, reference, budget)
         vals, oks = groups.setdefault((r["method"], r["attacker"]), ([], []))
         vals.append(v)
         oks.append(ok)
@@ -98,9 +100,9 @@ def spearman(records: list[dict[str, Any]], reference: str = REFERENCE) -> dict[
     return out
 
 
-def matrix_markdown(records: list[dict[str, Any]], reference: str) -> str:
-    """The method x attacker matrix against ``reference`` (a markdown table; module docstring)."""
-    m = matrix(records, reference)
+def matrix_markdown(records: list[dict[str, Any]], reference: str, budget: str = BUDGET) -> str:
+    """The method x attacker matrix against ``reference`` at ``budget`` (a markdown table; module docstring)."""
+    m = matrix(records, reference, budget)
     attackers = list(dict.fromkeys(r["attacker"] for r in records))
     methods = list(dict.fromkeys(r["method"] for r in records if r["method"] != reference))
     lines = ["| method | " + " | ".join(attackers) + " |", "|---" * (len(attackers) + 1) + "|"]
@@ -184,12 +186,12 @@ def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: P
     plt.close(fig)
 
 
-MATRIX = re.compile(r"(<!-- matrix (\w+) (\w+) -->\n)((?:\|.*\|\n)+)")
+MATRIX = re.compile(r"(<!-- matrix (\w+) (\w+)(?: (\d+))? -->\n)((?:\|.*\|\n)+)")
 DP = re.compile(r"(<!-- dp (\w+) -->\n)((?:\|.*\|\n)+)")
 
 
 def refresh(page: Path, stores: Path) -> str:
-    """``page`` with every ``<!-- matrix TABLE REFERENCE -->`` block's table recomputed from
+    """``page`` with every ``<!-- matrix TABLE REFERENCE [BUDGET] -->`` block's table recomputed from
     ``stores/TABLE.jsonl`` (:func:`matrix_markdown`; what tests/test_attack_docs.py checks against the curves) and
     every ``<!-- dp TABLE -->`` block's (:func:`dp_markdown`)."""
     cache: dict[str, list[dict[str, Any]]] = {}
@@ -197,7 +199,7 @@ def refresh(page: Path, stores: Path) -> str:
     def records(table: str) -> list[dict[str, Any]]:
         return cache.setdefault(table, load(stores / table)[0])
 
-    text = MATRIX.sub(lambda m: m[1] + matrix_markdown(records(m[2]), m[3]) + "\n", page.read_text())
+    text = MATRIX.sub(lambda m: m[1] + matrix_markdown(records(m[2]), m[3], m[4] or BUDGET) + "\n", page.read_text())
     return DP.sub(lambda m: m[1] + dp_markdown(records(m[2])) + "\n", text)
 
 

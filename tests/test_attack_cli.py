@@ -233,13 +233,20 @@ def test_table2_scope_resumes_a_whole_group_and_refuses_a_part(tmp_path: Path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1 and "holds part of seed 0, pair 1-0" in err[0]
     assert store.read_text() == before
+    # runs of another length go to a store of their own: the default one's groups are not theirs (shard 2/2 of
+    # the one group: nothing regenerated)
+    assert main(["--pairs", "7-9", "--attackers", "gd,solve", "--out", str(tmp_path), "--shard", "2/2",
+                 "--slowdown-budgets", "1,10,100,1000"]) == 0
+    assert f"0 already stored whole in {tmp_path / 'table2_official_b1000.jsonl'}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args, says", [(["--pairs", "7-7"], "--pairs: '7-7'"),
                                         (["--pairs", "7_9"], "--pairs: '7_9'"),
                                         (["--seeds", "zero"], "--pairs/--seeds/--shard"),
                                         (["--shard", "3/2"], "--pairs/--seeds/--shard"),
-                                        (["--attackers", "gd,bogus"], "--attackers/--methods: unknown bogus")])
+                                        (["--attackers", "gd,bogus"], "--attackers/--methods: unknown bogus"),
+                                        (["--slowdown-budgets", "1,10,50"], "python -m kappalab.attack.table2: "
+                                         "error: argument --slowdown-budgets: expected budgets among 1,10,100,1000")])
 def test_table2_scope_refuses_bad_arguments_in_one_line(args: list[str], says: str, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture) -> None:
     from kappalab.attack.table2 import main

@@ -21,14 +21,16 @@ label ``<seed>/<pair>`` falls in shard K (:func:`kappalab.sweep.shard_jobs`), ea
 
 Output: ``<out>/table2_<protocol>.jsonl`` and ``..._curves.npz``, a group appended as soon as it is finished; a
 rerun skips the groups already stored whole (every method and reference x every attacker) and refuses a part of
-one, so a stopped sweep resumes without losing or redoing a group.
+one, so a stopped sweep resumes without losing or redoing a group. ``--slowdown-budgets`` other than the default
+(1, 10, 100) runs each attack 10 x the largest and names the store ``table2_<protocol>_b<largest>``, so runs of
+different lengths are never joined.
 
-Usage: ``python -m kappalab.attack.table2 --protocol official --seeds 0,1,2 --out docs/attacks [--shard K/N]``.
+Usage: ``python -m kappalab.attack.table2 --protocol official --seeds 0,1,2 --out docs/attacks [--shard K/N]
+[--slowdown-budgets 1,10,100,1000]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -36,12 +38,13 @@ from typing import Any
 
 import numpy as np
 
+from kappalab.cli_options import Parser
 from kappalab.methods import PAPER_ORDER
 from kappalab.provenance import git_state
 from kappalab.sweep import parse_shard, shard_jobs
 
 from .registry import registry
-from .scope import REFERENCES, Group, ModelSpec, finish, random_extractor, run_group
+from .scope import REFERENCES, SLOWDOWN_BUDGETS, Group, ModelSpec, finish, random_extractor, run_group, slowdown_budgets
 
 STORES = Path("docs/reproduction/table2/full90")
 #: the table's stores of each protocol's runs: Alg. 1's IMMA and Opt kappa (seed 0) are in a store of their own
@@ -164,7 +167,7 @@ def group(protocol: str, methods: tuple[str, ...], overrides: dict[str, Any], a:
 def main(argv: list[str] | None = None) -> int:
     from kappalab.configs import read_overrides
 
-    ap = argparse.ArgumentParser(prog="python -m kappalab.attack.table2", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="python -m kappalab.attack.table2", description=__doc__.split("\n\n")[0])
     ap.add_argument("--pairs", default="extremes",
                     help="'extremes' (Ours' 5 lowest and 5 highest official RIR; module docstring) or a-b,...")
     ap.add_argument("--protocol", choices=sorted(RIR_KAPPA), default="official")
@@ -175,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a config value on top of the table's (TABLE_SETTINGS), for every method, e.g. epochs=5")
     ap.add_argument("--out", type=Path, default=Path("docs/attacks"))
     ap.add_argument("--attackers", default=",".join(registry()))
+    ap.add_argument("--slowdown-budgets", type=slowdown_budgets, default=SLOWDOWN_BUDGETS, metavar="B,B,...",
+                    help="the budgets the slowdowns are taken at (default 1,10,100); each run is 10 x the largest "
+                         "long, so 1,10,100,1000 takes 10,000 steps a run (store table2_<protocol>_b1000)")
     args = ap.parse_args(argv)
     git = git_state()  # the code this run imported (scope.write)
     attackers, methods = tuple(args.attackers.split(",")), tuple(args.methods.split(","))
@@ -192,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(len(p) != 2 or p[0] == p[1] or not all(0 <= d <= 9 for d in p) for p in parsed):
         ap.exit(2, f"--pairs: {args.pairs!r}: each pair is two different digits a-b\n")
     overrides = read_overrides(None, args.overrides)
-    stem = f"table2_{args.protocol}"
+    budgets = args.slowdown_budgets
+    stem = f"table2_{args.protocol}" + ("" if budgets == SLOWDOWN_BUDGETS else f"_b{max(budgets)}")
     jobs = [(seed, pair) for seed in seeds for pair in pairs]
     if shard is not None:
         jobs = shard_jobs(jobs, *shard, label=lambda job: f"{job[0]}/{job[1]}")
@@ -205,14 +212,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(jobs)} groups (seed, pair) in scope, {len(jobs) - len(todo)} already stored whole in "
           f"{args.out / (stem + '.jsonl')}; running {len(todo)}", flush=True)
     config = {"attackers": list(attackers), "pairs": pairs, "protocol": args.protocol, "methods": list(methods),
-              "seeds": seeds, "shard": args.shard, "set": overrides, "config": "kappalab/configs/attack_grid.json",
+              "seeds": seeds, "shard": args.shard, "set": overrides, "slowdown_budgets": list(budgets),
+              "config": "kappalab/configs/attack_grid.json",
               "theta_I": f"immunize(table2_{args.protocol}_<method>)"}
     start = time.perf_counter()
     for seed, pair in todo:
         a, b = (int(x) for x in pair.split("-"))
         g, regenerated, label = group(args.protocol, methods, overrides, a, b, seed,
                                       lambda line: print(line, flush=True))
-        recs, curves = run_group(g, attackers, log=lambda line: print(line, flush=True))
+        recs, curves = run_group(g, attackers, log=lambda line: print(line, flush=True), budgets=budgets)
         recs = [{**r, "protocol": args.protocol,
                  "regenerated": regenerated.get(r["method"]) if r["role"] == "immunized" else None} for r in recs]
         finish(args.out, stem, recs, curves, config, label, start, append=True, git=git)

@@ -51,6 +51,14 @@ def slowdown_budgets(text: str) -> tuple[int, ...]:
     if not values or not set(values) <= set(allowed):
         raise argparse.ArgumentTypeError(f"expected budgets among {','.join(map(str, allowed))}, got {text!r}")
     return values
+
+
+def add_slowdown_budgets(ap: argparse.ArgumentParser, note: str = "") -> None:
+    """A scope runner's ``--slowdown-budgets`` (:func:`slowdown_budgets`; ``note``: what else the runner does with
+    them)."""
+    ap.add_argument("--slowdown-budgets", type=slowdown_budgets, default=SLOWDOWN_BUDGETS, metavar="B,B,...",
+                    help="the budgets the slowdowns are taken at (default 1,10,100); each run is 10 x the largest "
+                         f"long, so 1,10,100,1000 takes 10,000 steps a run{note}")
 REFERENCES = ("direct", "init", "random")
 
 

@@ -25,7 +25,7 @@ from kappalab.reproduce.table1.run import config_of, task_of
 from kappalab.results import RunStore
 
 from .registry import registry
-from .scope import SLOWDOWN_BUDGETS, Group, ModelSpec, finish, random_extractor, run_groups, slowdown_budgets
+from .scope import Group, ModelSpec, add_slowdown_budgets, finish, random_extractor, run_groups
 
 COMMITTED = Path("docs/reproduction/table1/paper")
 
@@ -71,9 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("docs/attacks"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--attackers", default=",".join(registry()))
-    ap.add_argument("--slowdown-budgets", type=slowdown_budgets, default=SLOWDOWN_BUDGETS, metavar="B,B,...",
-                    help="the budgets the slowdowns are taken at (default 1,10,100); each run is 10 x the largest "
-                         "long, so 1,10,100,1000 takes 10,000 steps a run")
+    add_slowdown_budgets(ap)
     args = ap.parse_args(argv)
     git = git_state()  # the code this run imported (scope.write)
     attackers = tuple(args.attackers.split(","))

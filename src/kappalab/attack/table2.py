@@ -44,7 +44,8 @@ from kappalab.provenance import git_state
 from kappalab.sweep import parse_shard, shard_jobs
 
 from .registry import registry
-from .scope import REFERENCES, SLOWDOWN_BUDGETS, Group, ModelSpec, finish, random_extractor, run_group, slowdown_budgets
+from .scope import (REFERENCES, SLOWDOWN_BUDGETS, Group, ModelSpec, add_slowdown_budgets, finish, random_extractor,
+                    run_group)
 
 STORES = Path("docs/reproduction/table2/full90")
 #: the table's stores of each protocol's runs: Alg. 1's IMMA and Opt kappa (seed 0) are in a store of their own
@@ -178,9 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a config value on top of the table's (TABLE_SETTINGS), for every method, e.g. epochs=5")
     ap.add_argument("--out", type=Path, default=Path("docs/attacks"))
     ap.add_argument("--attackers", default=",".join(registry()))
-    ap.add_argument("--slowdown-budgets", type=slowdown_budgets, default=SLOWDOWN_BUDGETS, metavar="B,B,...",
-                    help="the budgets the slowdowns are taken at (default 1,10,100); each run is 10 x the largest "
-                         "long, so 1,10,100,1000 takes 10,000 steps a run (store table2_<protocol>_b1000)")
+    add_slowdown_budgets(ap, " (into the store table2_<protocol>_b<largest>)")
     args = ap.parse_args(argv)
     git = git_state()  # the code this run imported (scope.write)
     attackers, methods = tuple(args.attackers.split(",")), tuple(args.methods.split(","))

@@ -128,6 +128,45 @@ def test_extractor_attackers_fit_a_realizable_task(rank: int | None) -> None:
     assert loss(X, Y, maps[-1].map) <= 1e-6 * loss(X, Y, np.zeros((6, 1)))
 
 
+def test_accuracy_counts_the_classes_the_targets_code_and_none_for_a_regression() -> None:
+    """By hand: +-1 targets read by sign (0 is wrong); one-hot and +-1 one-vs-rest codes by the largest entry; real
+    targets, or a row with two largest entries, are no classes (None)."""
+    from kappalab.attack.problem import prediction_accuracy
+
+    Y = np.array([[1.0], [-1.0], [1.0], [-1.0]])
+    assert prediction_accuracy(np.array([[0.3], [-2.0], [0.0], [0.1]]), Y) == 0.5
+    onehot = np.eye(3)[[0, 2, 1, 2]]
+    P = np.array([[0.9, 0.1, 0.0], [0.2, 0.3, 0.4], [0.5, 0.2, 0.1], [0.0, 0.0, 1.0]])
+    assert prediction_accuracy(P, onehot) == 0.75 and prediction_accuracy(P, 2 * onehot - 1) == 0.75
+    assert prediction_accuracy(P[:, :1], np.array([[0.5], [1.0], [-1.0], [1.0]])) is None
+    assert prediction_accuracy(P, np.array([[1.0, 1.0, 0.0], *onehot[1:]])) is None
+
+
+def test_attack_records_accuracy_at_each_budget_where_the_targets_are_classes() -> None:
+    """A +-1 task: each budget's accuracy on the training and test rows is the sign agreement of the iterate's
+    predictions, recomputed here from the closed-form gradient descent; at the least-squares solution (``solve``,
+    one step) it is the least-squares fit's. A real-valued target gives None."""
+    from kappalab.attack.measures import attack
+    from kappalab.attack.problem import Split
+    from kappalab.attack.registry import Model
+
+    F, Y = _features(200, 5, 50.0, 3)
+    y = np.where(F @ np.arange(1.0, 6.0) + 0.3 * Y[:, 0] > 0, 1.0, -1.0)
+    split = Split.of(F, y, 0)
+    kw = dict(budgets=(1, 10), steps=100, batch_size=16, selection_budget=10)
+    solve = attack(Model(split), registry()["solve"], 0, **kw)
+    (A, Yt), (At, Yte) = split.train, split.test
+    W = np.linalg.lstsq(A, Yt, rcond=None)[0]  # a different solver: a row predicted within rounding of 0 may differ
+    for b in (1, 10):
+        for rows, (X, T) in (("train", (A, Yt)), ("test", (At, Yte))):
+            P = X @ W
+            undecided = np.mean(np.abs(P) < 1e-8 * np.abs(P).max())
+            assert abs(solve.at_budget[b][f"{rows}_accuracy"] - np.mean(np.sign(P) == T)) <= undecided
+    assert 0.8 < solve.at_budget[10]["test_accuracy"] <= 1.0
+    regression = attack(Model(Split.of(F, Y[:, 0], 0)), registry()["gd"], 0, **kw)
+    assert regression.at_budget[10]["train_accuracy"] is None and regression.at_budget[10]["test_accuracy"] is None
+
+
 def test_reach_rule_on_hand_made_curves() -> None:
     c0 = np.array([10.0, 5.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     cI = np.array([10.0, 9.0, 8.0, 7.0, 6.0, 4.0, 3.0, 2.0, 1.5, 1.2, 0.9])

@@ -4,7 +4,9 @@
   one with the lowest validation loss at that step is chosen (the attacker picks what works best for it; a diverged
   run has loss inf and is never chosen unless all diverge; ties go to the first in grid order).
 * :func:`attack`: the chosen attacker runs ``steps`` steps; the training loss after every step (index 0 = the
-  start, ``W = 0``) is the curve, the training and test loss at each budget and the wall time are recorded; for an
+  start, ``W = 0``) is the curve, the training and test loss at each budget (and, where the targets code classes,
+  the training and test accuracy, :func:`kappalab.attack.problem.prediction_accuracy`) and the wall time are
+  recorded; for an
   attacker that changes the extractor (linear or deep) of a model with D_P rows, D_P's utility at the start and each
   budget (:mod:`.utility`). With
   ``curve_every = k > 1`` (the deep attackers, whose loss is a forward pass over the training rows) the curve is
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .extractor_attackers import Extracted
-from .problem import loss, prediction_loss, rounding_slack
+from .problem import loss, prediction_accuracy, prediction_loss, rounding_slack
 from .registry import Attacker, Model
 from .utility import DPUtility
 
@@ -37,6 +39,12 @@ def _loss(A: np.ndarray, Y: np.ndarray, it: Any) -> float:
     """The harmful loss of an iterate on the rows ``A``: a linear map ``W`` (``A W``) or a deep model's
     :class:`kappalab.attack.deep_attackers.Snapshot` (its predictions of those rows)."""
     return loss(A, Y, it) if isinstance(it, np.ndarray) else prediction_loss(it.predict(A), Y)
+
+
+def _accuracy(A: np.ndarray, Y: np.ndarray, it: Any) -> float | None:
+    """The same iterate's accuracy on those rows (None where the targets do not code classes)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return prediction_accuracy(A @ it if isinstance(it, np.ndarray) else it.predict(A), Y)
 
 
 def _slack(model: Model, attacker: Attacker, it: Any) -> float:
@@ -67,7 +75,9 @@ class Run:
     attacker: str
     params: Mapping[str, Any]
     curve: np.ndarray  #: training loss after 0..steps steps (inf after a divergence)
-    at_budget: dict[int, dict[str, float]]  #: budget -> {"train": ..., "test": ...}
+    #: budget -> {"train": loss, "test": loss, "train_accuracy": ..., "test_accuracy": ...} (accuracy None where
+    #: the targets do not code classes, or the run diverged before the budget)
+    at_budget: dict[int, dict[str, float | None]]
     wall_s: float  #: seconds for the run's steps (the curve's evaluation excluded)
     slack: float  #: rounding bound of the loss at the last finite iterate
     tuning: Tuning | None = field(default=None)
@@ -173,7 +183,9 @@ def attack(model: Model, attacker: Attacker, seed: int, *, budgets: tuple[int, .
     for b in budgets:
         W = kept.get(b)
         at_budget[b] = {"train": float(curve[b]) if b < curve.size else math.inf,
-                        "test": _loss(*design.test, W) if W is not None else math.inf}
+                        "test": _loss(*design.test, W) if W is not None else math.inf,
+                        **{f"{rows}_accuracy": _accuracy(*getattr(design, rows), W) if W is not None else None
+                           for rows in ("train", "test")}}
     dp = model.dp.utility(extractors, max(budgets)) if model.dp is not None and attacker.changes_extractor else None
     return Run(attacker.name, params, curve, at_budget, wall, _slack(model, attacker, last), tuning, curve_every, dp)
 

@@ -76,6 +76,21 @@ def prediction_loss(P: np.ndarray, Y: np.ndarray) -> float:
     return float(np.sum(R * R)) / (2 * P.shape[0])
 
 
+def prediction_accuracy(P: np.ndarray, Y: np.ndarray) -> float | None:
+    """The fraction of rows whose class the l2 probe's predictions ``P`` get right, where the targets code classes:
+    one column of +-1 (a one-vs-rest task: right when ``sign(P)`` is the target; a prediction of exactly 0 is
+    wrong), or C >= 2 columns each row of which holds one largest entry (one-hot or +-1 codes: right when ``P``'s
+    largest entry is in that column; ties go to the first column). None for any other targets (a regression)."""
+    if Y.shape[1] == 1:
+        if not np.all(np.abs(Y) == 1.0):
+            return None
+        return float(np.mean(np.sign(P[:, 0]) == Y[:, 0]))
+    top = Y.max(axis=1, keepdims=True)
+    if not np.all(np.sum(Y == top, axis=1) == 1):
+        return None
+    return float(np.mean(np.argmax(P, axis=1) == np.argmax(Y, axis=1)))
+
+
 @dataclass(frozen=True)
 class Factor:
     """The thin SVD ``A = U diag(s) Vt`` of the training features truncated to their rank, shared by a model's

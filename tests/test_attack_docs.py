@@ -149,3 +149,19 @@ def test_the_report_refuses_a_figure_of_a_pair_its_store_lacks(capsys: pytest.Ca
     assert main([str(stem), "--figures"]) == 2
     assert capsys.readouterr().err.startswith("--figures: give the pairs, e.g. 7-9,1-0;")
     assert not (stem.parent / "table3_official_figure_7-9.png").exists()
+
+
+def test_the_accuracy_table_is_the_median_min_and_max_of_the_records() -> None:
+    """By hand, on made-up records: a cell is the median [min, max] (n) of the runs' test accuracy at the budget;
+    a method with none at an attacker reads "-"; records without accuracy (a regression) add no cell."""
+    from kappalab.attack.report import accuracy_markdown
+
+    def rec(method: str, attacker: str, acc: float | None) -> dict:
+        return {"method": method, "attacker": attacker, "at_budget": {"100": {"test_accuracy": acc}}}
+
+    records = [rec("ours", "gd", 0.5), rec("ours", "gd", 0.9), rec("ours", "gd", 0.6), rec("init", "gd", 0.95),
+               rec("init", "adam", 0.97), rec("direct", "gd", None)]
+    assert accuracy_markdown(records, "100").splitlines() == [
+        "| method | gd | adam |", "|---|---|---|",
+        "| ours | 0.6 [0.5, 0.9] (n=3) | - |",
+        "| init | 0.95 [0.95, 0.95] (n=1) | 0.97 [0.97, 0.97] (n=1) |"]

@@ -139,6 +139,24 @@ def _dp_text(utilities: list[dict[str, Any]]) -> str:
     return f"{text} ({', '.join(notes)})"
 
 
+def accuracy_markdown(records: list[dict[str, Any]], budget: str) -> str:
+    """Method x attacker: the harmful task's test accuracy after ``budget`` steps, median [min, max] over runs and n;
+    "-" where the records carry none (a regression, or records made before accuracy was recorded)."""
+    cells: dict[tuple[str, str], list[float]] = {}
+    for r in records:
+        value = r["at_budget"].get(budget, {}).get("test_accuracy")
+        if value is not None:
+            cells.setdefault((r["method"], r["attacker"]), []).append(value)
+    attackers = list(dict.fromkeys(a for _, a in cells))
+    methods = list(dict.fromkeys(m for m, _ in cells))
+    lines = ["| method | " + " | ".join(attackers) + " |", "|---" * (len(attackers) + 1) + "|"]
+    for method in methods:
+        lines.append(f"| {method} | " + " | ".join(
+            f"{np.median(v):.3g} [{min(v):.3g}, {max(v):.3g}] (n={len(v)})" if (v := cells.get((method, a))) else "-"
+            for a in attackers) + " |")
+    return "\n".join(lines)
+
+
 def markdown(records: list[dict[str, Any]]) -> str:
     lines = [f"Against theta = I ({REFERENCE}):", "", matrix_markdown(records, REFERENCE), "",
              "Against the run's initial extractor (init):", "", matrix_markdown(records, "init")]
@@ -149,6 +167,10 @@ def markdown(records: list[dict[str, Any]]) -> str:
               for a, (r, p, n) in rho[REFERENCE].items()]
     if any(r.get("dp_utility") is not None for r in records):
         lines += ["", "D_P's utility kept at the largest budget (extractor attackers):", "", dp_markdown(records)]
+    budgets = sorted({b for r in records for b, v in r["at_budget"].items() if v.get("test_accuracy") is not None},
+                     key=int)
+    for budget in budgets:
+        lines += ["", f"The harmful task's test accuracy after {budget} steps:", "", accuracy_markdown(records, budget)]
     return "\n".join(lines)
 
 
@@ -188,19 +210,22 @@ def figure(records: list[dict[str, Any]], curves: dict[str, np.ndarray], path: P
 
 MATRIX = re.compile(r"(<!-- matrix (\w+) (\w+)(?: (\d+))? -->\n)((?:\|.*\|\n)+)")
 DP = re.compile(r"(<!-- dp (\w+) -->\n)((?:\|.*\|\n)+)")
+ACCURACY = re.compile(r"(<!-- accuracy (\w+) (\d+) -->\n)((?:\|.*\|\n)+)")
 
 
 def refresh(page: Path, stores: Path) -> str:
     """``page`` with every ``<!-- matrix TABLE REFERENCE [BUDGET] -->`` block's table recomputed from
     ``stores/TABLE.jsonl`` (:func:`matrix_markdown`; what tests/test_attack_docs.py checks against the curves) and
-    every ``<!-- dp TABLE -->`` block's (:func:`dp_markdown`)."""
+    every ``<!-- dp TABLE -->`` block's (:func:`dp_markdown`) and ``<!-- accuracy TABLE BUDGET -->``'s
+    (:func:`accuracy_markdown`)."""
     cache: dict[str, list[dict[str, Any]]] = {}
 
     def records(table: str) -> list[dict[str, Any]]:
         return cache.setdefault(table, load(stores / table)[0])
 
     text = MATRIX.sub(lambda m: m[1] + matrix_markdown(records(m[2]), m[3], m[4] or BUDGET) + "\n", page.read_text())
-    return DP.sub(lambda m: m[1] + dp_markdown(records(m[2])) + "\n", text)
+    text = DP.sub(lambda m: m[1] + dp_markdown(records(m[2])) + "\n", text)
+    return ACCURACY.sub(lambda m: m[1] + accuracy_markdown(records(m[2]), m[3]) + "\n", text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,8 @@ initial theta, what the immunization started from) and ``random`` (an independen
 ``N(0, 1/D)``, a null control). Each attacker runs ``reach_factor x`` the largest slowdown budget steps on each
 model (by default :data:`SLOWDOWN_BUDGETS`, 1, 10, 100: 10 x 100 steps); the slowdown of every model against each
 reference is taken at each slowdown budget, the losses at 1, 10, 100 and 1000 steps. A budget-1000 slowdown
-(``budgets`` 1, 10, 100, 1000) takes 10,000 steps per run: run for Table 1 only (cost, see docs/attacks.md).
+(``budgets`` 1, 10, 100, 1000) takes 10,000 steps per run: run for Table 1 and for the probe attackers of one
+Table 2 seed (cost, see docs/attacks.md).
 
 Output (:func:`write`): ``<table>.jsonl``, one record per model x attacker (``table``, ``method``, ``attacker``,
 ``seed``, ``pair``, provenance), and ``<table>_curves.npz``, each run's training-loss curve (steps 0 to 10 x the
@@ -38,6 +39,7 @@ from .utility import DeepDPProbe, DPProbe
 
 #: the budgets the slowdowns are taken at by default; the runs are reach_factor x the largest long
 SLOWDOWN_BUDGETS = (1, 10, 100)
+REFERENCES = ("direct", "init", "random")
 
 
 def slowdown_budgets(text: str) -> tuple[int, ...]:
@@ -59,7 +61,6 @@ def add_slowdown_budgets(ap: argparse.ArgumentParser, note: str = "") -> None:
     ap.add_argument("--slowdown-budgets", type=slowdown_budgets, default=SLOWDOWN_BUDGETS, metavar="B,B,...",
                     help="the budgets the slowdowns are taken at (default 1,10,100); each run is 10 x the largest "
                          f"long, so 1,10,100,1000 takes 10,000 steps a run{note}")
-REFERENCES = ("direct", "init", "random")
 
 
 @dataclass(frozen=True)

@@ -71,12 +71,14 @@ def test_the_matrices_of_attacks_md_are_the_stored_curves() -> None:
         assert checked == len(medians), (table, reference, checked, len(medians))
 
 
-#: store (``docs/attacks/<store>.jsonl``: the table, and its protocol where the table has a store per protocol) ->
-#: (the immunized methods its records hold, how many attackers); Table 3's paper-protocol store holds the real
-#: network's six probe attackers and two that change the extractor, its official one the six probe attackers
+#: store (``docs/attacks/<store>.jsonl``: the table, and its protocol where the table has a store per protocol,
+#: then ``_b<largest budget>`` for runs longer than 10 x 100 steps) -> (the immunized methods its records hold, how
+#: many attackers); Table 3's paper-protocol store holds the real network's six probe attackers and two that change
+#: the extractor, its official one the six probe attackers, Table 2's budget-1,000 store the six probe attackers
 #: (docs/attacks.md says on which runs)
 SCOPE = {"table1": ({"rill_only", "imma", "opt_kappa", "ours"}, 10),
          "table2_official": ({"rill_only", "imma", "opt_kappa", "ours"}, 10),
+         "table2_official_b1000": ({"rill_only", "imma", "opt_kappa", "ours"}, 6),
          "table2_paper": ({"rill_only", "imma", "opt_kappa", "ours"}, 10),
          "table3": ({"ours", "rill_only", "imma", "opt_kappa"}, 8),
          "table3_official": ({"ours", "rill_only", "imma", "opt_kappa"}, 6)}
@@ -96,7 +98,8 @@ def test_every_record_names_its_table_method_attacker_seed_and_provenance(store:
     attackers = {r["attacker"] for r in records}
     methods = {r["method"] for r in records if r["role"] == "immunized"}
     assert (methods, len(attackers)) == SCOPE[store]
-    table, _, protocol = store.partition("_")
+    table, _, rest = store.partition("_")
+    protocol = rest.partition("_")[0]
     for r in records:
         assert r["table"] == table and {"seed", "pair", "provenance"} <= set(r)
         assert not protocol or _protocol(r) in (protocol, None)
@@ -116,7 +119,8 @@ PROBE_ATTACKERS = ("gd", "gd_tuned", "momentum", "adam", "lbfgs", "solve")
 
 #: store -> (the largest probe-attacker slack relative to its curve's lowest loss, the largest of an iterative
 #: attacker's), the bounds docs/attacks.md states ("Reach and slowdown")
-SLACK = {"table1": (1e-9, 1e-9), "table2_official": (2e-3, 1e-6), "table2_paper": (2e-3, 1e-6),
+SLACK = {"table1": (1e-9, 1e-9), "table2_official": (2e-3, 1e-6), "table2_official_b1000": (2e-3, 2e-6),
+         "table2_paper": (2e-3, 1e-6),
          "table3": (1e-5, 1e-9), "table3_official": (1e-5, 1e-9)}
 
 

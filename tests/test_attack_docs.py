@@ -6,6 +6,7 @@ budget, 100 unless the block names another."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -26,6 +27,7 @@ def _tables(text: str) -> dict[tuple[str, str, int], list[str]]:
     return out
 
 
+@functools.cache
 def _store(stem: str) -> tuple[list[dict], dict[str, np.ndarray]]:
     """The records of ``docs/attacks/<stem>.jsonl`` and its curves, read with json and NumPy alone."""
     records = [json.loads(x) for x in (ROOT / "docs" / "attacks" / f"{stem}.jsonl").read_text().splitlines() if x]

@@ -34,8 +34,13 @@ REFERENCE = "direct"
 N_BOOT = 2000
 
 
+def records_of(stem: Path) -> list[dict[str, Any]]:
+    """The records of ``<stem>.jsonl`` (what every table here reads; the curves only the figure)."""
+    return [json.loads(line) for line in Path(f"{stem}.jsonl").read_text().splitlines() if line.strip()]
+
+
 def load(stem: Path) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    records = [json.loads(line) for line in Path(f"{stem}.jsonl").read_text().splitlines() if line.strip()]
+    records = records_of(stem)
     with np.load(f"{stem}_curves.npz") as z:
         curves = {k: z[k] for k in z.files}
     return records, curves
@@ -221,7 +226,9 @@ def refresh(page: Path, stores: Path) -> str:
     cache: dict[str, list[dict[str, Any]]] = {}
 
     def records(table: str) -> list[dict[str, Any]]:
-        return cache.setdefault(table, load(stores / table)[0])
+        if table not in cache:
+            cache[table] = records_of(stores / table)
+        return cache[table]
 
     text = MATRIX.sub(lambda m: m[1] + matrix_markdown(records(m[2]), m[3], m[4] or BUDGET) + "\n", page.read_text())
     text = DP.sub(lambda m: m[1] + dp_markdown(records(m[2])) + "\n", text)

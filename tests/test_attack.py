@@ -142,21 +142,27 @@ def test_accuracy_counts_the_classes_the_targets_code_and_none_for_a_regression(
     assert prediction_accuracy(P, np.array([[1.0, 1.0, 0.0], *onehot[1:]])) is None
 
 
-def test_attack_records_accuracy_at_each_budget_where_the_targets_are_classes() -> None:
-    """A +-1 task: each budget's accuracy on the training and test rows is the sign agreement of the iterate's
-    predictions, recomputed here from the closed-form gradient descent; at the least-squares solution (``solve``,
-    one step) it is the least-squares fit's. A real-valued target gives None."""
+@pytest.mark.parametrize("kappa, rank_deficient", [(50.0, False), (1e12, False), (1e12, True)])
+def test_attack_records_accuracy_at_each_budget_where_the_targets_are_classes(kappa: float,
+                                                                             rank_deficient: bool) -> None:
+    """A +-1 task: at the least-squares solution (``solve``, one step) each budget's accuracy on the training and
+    test rows is the least-squares fit's sign agreement, recomputed here with another solver (lstsq), on features
+    with kappa(H) 50 or 1e12, and with a repeated column (rank 5 of 6). A real-valued target gives None."""
     from kappalab.attack.measures import attack
     from kappalab.attack.problem import Split
     from kappalab.attack.registry import Model
 
-    F, Y = _features(200, 5, 50.0, 3)
-    y = np.where(F @ np.arange(1.0, 6.0) + 0.3 * Y[:, 0] > 0, 1.0, -1.0)
+    F, Y = _features(200, 5, kappa, 3)
+    if rank_deficient:
+        F = np.hstack([F, F[:, :1]])
+    y = np.where(F[:, :5] @ np.arange(1.0, 6.0) + 0.3 * Y[:, 0] > 0, 1.0, -1.0)
     split = Split.of(F, y, 0)
     kw = dict(budgets=(1, 10), steps=100, batch_size=16, selection_budget=10)
     solve = attack(Model(split), registry()["solve"], 0, **kw)
     (A, Yt), (At, Yte) = split.train, split.test
-    W = np.linalg.lstsq(A, Yt, rcond=None)[0]  # a different solver: a row predicted within rounding of 0 may differ
+    # a different solver: rows predicted within its rounding of 0 (kappa(F) <= 1e6, so about 1e-10 of the largest
+    # prediction; 1e-8 is the margin allowed) may differ
+    W = np.linalg.lstsq(A, Yt, rcond=None)[0]
     for b in (1, 10):
         for rows, (X, T) in (("train", (A, Yt)), ("test", (At, Yte))):
             P = X @ W
